@@ -1,0 +1,491 @@
+// Package config owns chronicle's configuration: the YAML file format, the
+// expansion of ${VAR} and ${VAR:-default} from the environment, defaults, and
+// validation that reports every problem at once, each naming its key.
+//
+// A Config is loaded once at start and then only read; it is safe for
+// concurrent use by readers. Secrets (client keys, upstream keys, the admin
+// token) are held as Secret values, which never print their contents.
+package config
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Secret is a credential from the config. It prints as [redacted] in logs,
+// errors and JSON, so no code path can leak one by formatting it.
+type Secret string
+
+// String implements fmt.Stringer without revealing the secret.
+func (s Secret) String() string { return "[redacted]" }
+
+// GoString implements fmt.GoStringer without revealing the secret.
+func (s Secret) GoString() string { return "[redacted]" }
+
+// LogValue implements slog.LogValuer without revealing the secret.
+func (s Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// MarshalJSON implements json.Marshaler without revealing the secret.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
+
+// Reveal returns the secret itself, for the one place that must send it.
+func (s Secret) Reveal() string { return string(s) }
+
+// Fingerprint identifies a secret in logs without revealing it: the first
+// eight hex digits of its SHA-256.
+func (s Secret) Fingerprint() string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:4])
+}
+
+// Duration is a time.Duration written in YAML as a Go duration string ("30s").
+type Duration time.Duration
+
+// UnmarshalYAML parses a duration string such as "30s" or "10m".
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("want a duration such as 30s")
+	}
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("want a duration such as 30s, got %q", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the duration as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Provider names an upstream's wire dialect.
+type Provider string
+
+// The providers chronicle speaks.
+const (
+	ProviderOpenAI           Provider = "openai"
+	ProviderDeepSeek         Provider = "deepseek"
+	ProviderGemini           Provider = "gemini"
+	ProviderOpenAICompatible Provider = "openai-compatible"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Listen      string       `yaml:"listen"`
+	Store       Store        `yaml:"store"`
+	Admin       Admin        `yaml:"admin"`
+	Limits      Limits       `yaml:"limits"`
+	Leases      Leases       `yaml:"leases"`
+	Log         Log          `yaml:"log"`
+	Clients     []Client     `yaml:"clients"`
+	Connections []Connection `yaml:"connections"`
+}
+
+// Store selects and configures the storage backend.
+type Store struct {
+	Driver         string   `yaml:"driver"`          // embedded | redis
+	Path           string   `yaml:"path"`            // embedded: directory holding the database file
+	URL            Secret   `yaml:"url"`             // redis: URL (may carry a password, hence Secret)
+	EventRetention Duration `yaml:"event_retention"` // how long a finished run's event log is kept
+}
+
+// Admin configures the operator-facing endpoints.
+type Admin struct {
+	Token Secret `yaml:"token"` // bearer token for /admin and /ui; empty disables them
+	Pprof bool   `yaml:"pprof"` // serve /debug/pprof behind the admin token
+}
+
+// Limits bounds what one request or connection may cost.
+type Limits struct {
+	MaxBodyBytes    int      `yaml:"max_body_bytes"`
+	MaxHeaderBytes  int      `yaml:"max_header_bytes"`
+	MaxSSELineBytes int      `yaml:"max_sse_line_bytes"`
+	MaxConnections  int      `yaml:"max_connections"`
+	ReadTimeout     Duration `yaml:"read_timeout"`
+	WriteTimeout    Duration `yaml:"write_timeout"`
+	IdleTimeout     Duration `yaml:"idle_timeout"`
+	Heartbeat       Duration `yaml:"heartbeat"`
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+}
+
+// Leases configures thread and run leases.
+type Leases struct {
+	TTL Duration `yaml:"ttl"`
+}
+
+// Log configures the process log.
+type Log struct {
+	Level  string `yaml:"level"`  // debug | info | warn | error
+	Format string `yaml:"format"` // text | json
+}
+
+// Client maps one client key to a tenant.
+type Client struct {
+	Key    Secret `yaml:"key"`
+	Tenant string `yaml:"tenant"`
+}
+
+// Connection is one upstream account or endpoint, addressed by the first
+// path segment.
+type Connection struct {
+	Name          string   `yaml:"name"`
+	Provider      Provider `yaml:"provider"`
+	BaseURL       string   `yaml:"base_url"`
+	Keys          []Secret `yaml:"keys"`
+	Timeouts      Timeouts `yaml:"timeouts"`
+	ReadOnlyTools []string `yaml:"read_only_tools"`
+	OnDisconnect  string   `yaml:"on_disconnect"`  // abort | detach
+	OnStoreError  string   `yaml:"on_store_error"` // fail | pass
+	Persist       *bool    `yaml:"persist"`        // default true
+
+	baseURL *url.URL
+}
+
+// Timeouts are a stream's own clocks; the server's write timeout does not
+// apply to streams.
+type Timeouts struct {
+	FirstByte Duration `yaml:"first_byte"` // until the upstream's response headers
+	Idle      Duration `yaml:"idle"`       // longest silence between two events
+	Total     Duration `yaml:"total"`      // whole upstream exchange
+}
+
+// PersistEnabled reports whether the connection stores threads and runs.
+func (c *Connection) PersistEnabled() bool { return c.Persist == nil || *c.Persist }
+
+// URL is the parsed base_url.
+func (c *Connection) URL() *url.URL { return c.baseURL }
+
+// ReservedNames are first path segments that belong to chronicle itself and
+// cannot name a connection.
+var ReservedNames = []string{"api", "admin", "healthz", "readyz", "metrics", "ui", "debug"}
+
+var connectionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Load reads, expands, decodes, defaults and validates the file at path.
+func Load(path string) (*Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := Parse(raw, os.LookupEnv)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse expands ${VAR} references with lookup, decodes the YAML strictly
+// (unknown keys are errors), applies defaults and validates.
+func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
+	expanded, err := Expand(raw, lookup)
+	if err != nil {
+		return nil, err
+	}
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // an empty file means all defaults
+		return nil, fmt.Errorf("invalid YAML: %w", err)
+	}
+	cfg.applyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// Expand replaces ${VAR} with the variable's value and ${VAR:-default} with
+// the value or, when the variable is unset or empty, the default. A ${VAR}
+// that is unset is an error naming the variable; `$$` stays a literal `$`.
+// Comment lines are left alone, so a commented-out example needs no variable.
+func Expand(raw []byte, lookup func(string) (string, bool)) ([]byte, error) {
+	var missing []string
+	lines := bytes.SplitAfter(raw, []byte("\n"))
+	var out bytes.Buffer
+	out.Grow(len(raw))
+	for _, line := range lines {
+		if t := bytes.TrimLeft(line, " \t"); len(t) > 0 && t[0] == '#' {
+			out.Write(line)
+			continue
+		}
+		line = bytes.ReplaceAll(line, []byte("$$"), []byte("\x00"))
+		line = varRef.ReplaceAllFunc(line, func(m []byte) []byte {
+			sub := varRef.FindSubmatch(m)
+			name := string(sub[1])
+			val, ok := lookup(name)
+			if (!ok || val == "") && len(sub[2]) > 0 {
+				return sub[3]
+			}
+			if !ok {
+				missing = append(missing, name)
+				return nil
+			}
+			return []byte(val)
+		})
+		out.Write(bytes.ReplaceAll(line, []byte("\x00"), []byte("$")))
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("environment variable %s is not set (use ${%s:-default} for an optional one)", strings.Join(missing, ", "), missing[0])
+	}
+	return out.Bytes(), nil
+}
+
+func (c *Config) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Store.Driver == "" {
+		c.Store.Driver = "embedded"
+	}
+	if c.Store.Path == "" {
+		c.Store.Path = "./data"
+	}
+	if c.Store.EventRetention == 0 {
+		c.Store.EventRetention = Duration(24 * time.Hour)
+	}
+	l := &c.Limits
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = 8 << 20
+	}
+	if l.MaxHeaderBytes == 0 {
+		l.MaxHeaderBytes = 64 << 10
+	}
+	if l.MaxSSELineBytes == 0 {
+		l.MaxSSELineBytes = 4 << 20
+	}
+	if l.ReadTimeout == 0 {
+		l.ReadTimeout = Duration(30 * time.Second)
+	}
+	if l.WriteTimeout == 0 {
+		l.WriteTimeout = Duration(30 * time.Second)
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = Duration(120 * time.Second)
+	}
+	if l.Heartbeat == 0 {
+		l.Heartbeat = Duration(15 * time.Second)
+	}
+	if l.ShutdownTimeout == 0 {
+		l.ShutdownTimeout = Duration(30 * time.Second)
+	}
+	if c.Leases.TTL == 0 {
+		c.Leases.TTL = Duration(30 * time.Second)
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "text"
+	}
+	for i := range c.Connections {
+		cn := &c.Connections[i]
+		if cn.Timeouts.FirstByte == 0 {
+			cn.Timeouts.FirstByte = Duration(60 * time.Second)
+		}
+		if cn.Timeouts.Idle == 0 {
+			cn.Timeouts.Idle = Duration(60 * time.Second)
+		}
+		if cn.Timeouts.Total == 0 {
+			cn.Timeouts.Total = Duration(10 * time.Minute)
+		}
+		if cn.OnDisconnect == "" {
+			cn.OnDisconnect = "abort"
+		}
+		if cn.OnStoreError == "" {
+			cn.OnStoreError = "fail"
+		}
+	}
+}
+
+// Validate checks the whole config and returns every problem found, joined,
+// each naming its key.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("listen", "want host:port, got %q", c.Listen)
+	}
+	switch c.Store.Driver {
+	case "embedded":
+		if strings.TrimSpace(c.Store.Path) == "" {
+			bad("store.path", "required for the embedded driver")
+		}
+	case "redis":
+		u := c.Store.URL.Reveal()
+		if u == "" {
+			bad("store.url", "required for the redis driver")
+		} else if !strings.HasPrefix(u, "redis://") && !strings.HasPrefix(u, "rediss://") &&
+			!strings.HasPrefix(u, "redis+cluster://") && !strings.HasPrefix(u, "redis+sentinel://") {
+			bad("store.url", "want a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL")
+		}
+	default:
+		bad("store.driver", "want embedded or redis, got %q", c.Store.Driver)
+	}
+	if c.Store.EventRetention < 0 {
+		bad("store.event_retention", "must not be negative")
+	}
+	l := c.Limits
+	positive := func(key string, v int) {
+		if v < 0 {
+			bad(key, "must not be negative, got %d", v)
+		}
+	}
+	positive("limits.max_body_bytes", l.MaxBodyBytes)
+	positive("limits.max_header_bytes", l.MaxHeaderBytes)
+	positive("limits.max_sse_line_bytes", l.MaxSSELineBytes)
+	positive("limits.max_connections", l.MaxConnections)
+	if l.MaxHeaderBytes > 0 && l.MaxHeaderBytes < 1024 {
+		bad("limits.max_header_bytes", "must be at least 1024, got %d", l.MaxHeaderBytes)
+	}
+	for key, d := range map[string]Duration{
+		"limits.read_timeout": l.ReadTimeout, "limits.write_timeout": l.WriteTimeout,
+		"limits.idle_timeout": l.IdleTimeout, "limits.heartbeat": l.Heartbeat,
+		"limits.shutdown_timeout": l.ShutdownTimeout, "leases.ttl": c.Leases.TTL,
+	} {
+		if d <= 0 {
+			bad(key, "must be positive")
+		}
+	}
+	if c.Leases.TTL > 0 && c.Leases.TTL.D() < time.Second {
+		bad("leases.ttl", "must be at least 1s, got %s", c.Leases.TTL.D())
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "want debug, info, warn or error, got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", "want text or json, got %q", c.Log.Format)
+	}
+
+	seenKeys := map[Secret]int{}
+	for i, cl := range c.Clients {
+		key := fmt.Sprintf("clients[%d]", i)
+		if cl.Key == "" {
+			bad(key+".key", "required (an empty key would let anyone in)")
+		} else if j, dup := seenKeys[cl.Key]; dup {
+			bad(key+".key", "same key as clients[%d]", j)
+		} else {
+			seenKeys[cl.Key] = i
+		}
+		if !validTenant(cl.Tenant) {
+			bad(key+".tenant", "want 1-64 of [A-Za-z0-9._-], got %q", cl.Tenant)
+		}
+	}
+
+	seenNames := map[string]int{}
+	for i := range c.Connections {
+		cn := &c.Connections[i]
+		key := fmt.Sprintf("connections[%d]", i)
+		if cn.Name != "" {
+			key = fmt.Sprintf("connections[%d] (%s)", i, cn.Name)
+		}
+		switch {
+		case cn.Name == "":
+			bad(key+".name", "required")
+		case !connectionName.MatchString(cn.Name):
+			bad(key+".name", "want 1-64 of [A-Za-z0-9._-] starting with a letter or digit, got %q", cn.Name)
+		case isReserved(cn.Name):
+			bad(key+".name", "%q is reserved for chronicle's own routes (%s)", cn.Name, strings.Join(ReservedNames, ", "))
+		default:
+			if j, dup := seenNames[cn.Name]; dup {
+				bad(key+".name", "same name as connections[%d]", j)
+			}
+			seenNames[cn.Name] = i
+		}
+		switch cn.Provider {
+		case ProviderOpenAI, ProviderDeepSeek, ProviderGemini, ProviderOpenAICompatible:
+		case "":
+			bad(key+".provider", "required: openai, deepseek, gemini or openai-compatible")
+		default:
+			bad(key+".provider", "want openai, deepseek, gemini or openai-compatible, got %q", cn.Provider)
+		}
+		u, err := url.Parse(cn.BaseURL)
+		switch {
+		case cn.BaseURL == "":
+			bad(key+".base_url", "required, e.g. https://api.openai.com")
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			bad(key+".base_url", "want an http:// or https:// URL, got %q", cn.BaseURL)
+		case u.RawQuery != "" || u.Fragment != "":
+			bad(key+".base_url", "must not carry a query or fragment")
+		default:
+			u.Path = strings.TrimRight(u.Path, "/")
+			u.RawPath = ""
+			cn.baseURL = u
+		}
+		for j, k := range cn.Keys {
+			if k == "" {
+				bad(fmt.Sprintf("%s.keys[%d]", key, j), "empty key")
+			}
+		}
+		if len(c.Clients) == 0 && len(cn.Keys) > 0 {
+			bad(key+".keys", "upstream keys need a clients list: without clients every connection is pass-through, and anyone reaching the proxy would spend these keys")
+		}
+		if len(c.Clients) > 0 && len(cn.Keys) == 0 {
+			bad(key+".keys", "required when clients are configured (the client's key is removed and a pool key sent upstream)")
+		}
+		for name, d := range map[string]Duration{"first_byte": cn.Timeouts.FirstByte, "idle": cn.Timeouts.Idle, "total": cn.Timeouts.Total} {
+			if d <= 0 {
+				bad(key+".timeouts."+name, "must be positive")
+			}
+		}
+		switch cn.OnDisconnect {
+		case "abort", "detach":
+		default:
+			bad(key+".on_disconnect", "want abort or detach, got %q", cn.OnDisconnect)
+		}
+		switch cn.OnStoreError {
+		case "fail", "pass":
+		default:
+			bad(key+".on_store_error", "want fail or pass, got %q", cn.OnStoreError)
+		}
+		for j, t := range cn.ReadOnlyTools {
+			if strings.TrimSpace(t) == "" {
+				bad(fmt.Sprintf("%s.read_only_tools[%d]", key, j), "empty tool name")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isReserved(name string) bool {
+	for _, r := range ReservedNames {
+		if strings.EqualFold(r, name) {
+			return true
+		}
+	}
+	return false
+}
+
+var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func validTenant(s string) bool { return tenantPattern.MatchString(s) }
+
+// Connection returns the connection with the given name, or nil.
+func (c *Config) Connection(name string) *Connection {
+	for i := range c.Connections {
+		if c.Connections[i].Name == name {
+			return &c.Connections[i]
+		}
+	}
+	return nil
+}

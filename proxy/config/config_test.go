@@ -1,0 +1,137 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func noEnv(string) (string, bool) { return "", false }
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// TestExampleLoads keeps config.example.yaml from rotting: it must load with
+// no environment at all, and name every key the Config type has.
+func TestExampleLoads(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(raw, noEnv)
+	if err != nil {
+		t.Fatalf("example config: %v", err)
+	}
+	if cfg.Store.Driver != "embedded" || cfg.Listen != "127.0.0.1:8080" {
+		t.Fatalf("defaults: driver=%q listen=%q", cfg.Store.Driver, cfg.Listen)
+	}
+	if c := cfg.Connection("mock"); c == nil || c.URL().String() != "http://127.0.0.1:9999" {
+		t.Fatalf("mock connection: %+v", c)
+	}
+	for _, key := range yamlKeys(Config{}) {
+		if !strings.Contains(string(raw), key+":") {
+			t.Errorf("config.example.yaml does not mention key %q", key)
+		}
+	}
+}
+
+func TestExpand(t *testing.T) {
+	env := envOf(map[string]string{"A": "alpha", "EMPTY": ""})
+	tests := []struct {
+		in, want, err string
+	}{
+		{in: "x: ${A}", want: "x: alpha"},
+		{in: "x: ${B:-dflt}", want: "x: dflt"},
+		{in: "x: ${EMPTY:-dflt}", want: "x: dflt"},
+		{in: "x: ${A:-dflt}", want: "x: alpha"},
+		{in: "x: ${B:-}", want: "x: "},
+		{in: "x: $${A}", want: "x: ${A}"},
+		{in: "# ${MISSING}\nx: 1", want: "# ${MISSING}\nx: 1"},
+		{in: "x: ${MISSING}", err: "MISSING is not set"},
+	}
+	for _, tt := range tests {
+		got, err := Expand([]byte(tt.in), env)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("Expand(%q) err = %v, want %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.want {
+			t.Errorf("Expand(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestValidateNamesKeys(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown key", "listne: x", []string{"field listne not found"}},
+		{"bad listen", "listen: nope", []string{"listen: want host:port"}},
+		{"bad driver", "store: {driver: sqlite}", []string{"store.driver: want embedded or redis"}},
+		{"redis without url", "store: {driver: redis, url: ''}", []string{"store.url: required"}},
+		{"bad duration", "limits: {read_timeout: soon}", []string{"want a duration"}},
+		{"negative body", "limits: {max_body_bytes: -1}", []string{"limits.max_body_bytes: must not be negative"}},
+		{"reserved name", "connections: [{name: api, provider: openai, base_url: 'http://x'}]", []string{`.name: "api" is reserved`}},
+		{"duplicate name", "connections: [{name: a, provider: openai, base_url: 'http://x'}, {name: a, provider: openai, base_url: 'http://y'}]", []string{"same name as connections[0]"}},
+		{"bad provider", "connections: [{name: a, provider: claude, base_url: 'http://x'}]", []string{"connections[0] (a).provider: want openai"}},
+		{"bad base_url", "connections: [{name: a, provider: openai, base_url: 'ftp://x'}]", []string{"connections[0] (a).base_url: want an http"}},
+		{"keys without clients", "connections: [{name: a, provider: openai, base_url: 'http://x', keys: [k]}]", []string{"connections[0] (a).keys: upstream keys need a clients list"}},
+		{"clients without keys", "clients: [{key: c, tenant: t}]\nconnections: [{name: a, provider: openai, base_url: 'http://x'}]", []string{"connections[0] (a).keys: required when clients"}},
+		{"bad tenant", "clients: [{key: c, tenant: 'a b'}]", []string{"clients[0].tenant"}},
+		{"duplicate client key", "clients: [{key: c, tenant: a}, {key: c, tenant: b}]", []string{"clients[1].key: same key as clients[0]"}},
+		{"bad on_disconnect", "connections: [{name: a, provider: openai, base_url: 'http://x', on_disconnect: later}]", []string{"on_disconnect: want abort or detach"}},
+		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml), noEnv)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse([]byte("connections: [{name: a, provider: gemini, base_url: 'https://h/base/'}]"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Connections[0]
+	if c.Timeouts.Total.D() != 10*time.Minute || c.OnDisconnect != "abort" || c.OnStoreError != "fail" || !c.PersistEnabled() {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+	if c.URL().Path != "/base" {
+		t.Fatalf("base path %q, want trailing slash trimmed", c.URL().Path)
+	}
+	if cfg.Limits.MaxBodyBytes != 8<<20 || cfg.Leases.TTL.D() != 30*time.Second {
+		t.Fatalf("limits defaults: %+v", cfg.Limits)
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	s := Secret("sk-live-123")
+	for _, out := range []string{fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s", s, s, s, s), fmt.Sprintf("%v", Client{Key: s})} {
+		if strings.Contains(out, "sk-live") {
+			t.Fatalf("secret leaked: %s", out)
+		}
+	}
+	if b, _ := s.MarshalJSON(); strings.Contains(string(b), "sk-live") {
+		t.Fatal("secret leaked in JSON")
+	}
+	if s.Fingerprint() == "" || s.Fingerprint() == Secret("other").Fingerprint() {
+		t.Fatal("fingerprint not distinct")
+	}
+}
