@@ -1,0 +1,378 @@
+package repair
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// checkProperties asserts what holds for every repair: determinism,
+// idempotence byte for byte, a valid result (checked by an independent
+// validator), untouched messages kept byte for byte and in order, and the
+// fast scan agreeing with the full repair.
+func checkProperties(t testing.TB, fn repairFunc, valid func([]byte) error, in []byte, opts Options) {
+	t.Helper()
+	a, err := fn(in, opts)
+	if err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	b, _ := fn(in, opts)
+	if !bytes.Equal(a.Messages, b.Messages) {
+		t.Fatalf("not deterministic:\n%s\n%s", a.Messages, b.Messages)
+	}
+	if a.Changed != (len(a.Edits) > 0) {
+		t.Fatalf("Changed = %v with edits %v", a.Changed, a.Edits)
+	}
+	if !a.Changed && !bytes.Equal(a.Messages, in) {
+		t.Fatalf("unchanged but different bytes")
+	}
+	if !json.Valid(a.Messages) {
+		t.Fatalf("output is not JSON: %s", a.Messages)
+	}
+	again, err := fn(a.Messages, opts)
+	if err != nil {
+		t.Fatalf("repair of repaired: %v", err)
+	}
+	if again.Changed || !bytes.Equal(again.Messages, a.Messages) {
+		t.Fatalf("not idempotent: edits %v\nfirst:  %s\nsecond: %s", again.Edits, a.Messages, again.Messages)
+	}
+	if err := valid(a.Messages); err != nil {
+		t.Fatalf("repaired history invalid: %v\ninput:  %s\noutput: %s", err, in, a.Messages)
+	}
+	if err := valid(in); (err == nil) == a.Changed {
+		t.Fatalf("validator says %v but Changed = %v (edits %v) for %s", err, a.Changed, a.Edits, in)
+	}
+	// Untouched messages (no tool call, no result, not empty) keep their
+	// bytes and their order.
+	var keep []string
+	gjson.ParseBytes(in).ForEach(func(_, v gjson.Result) bool {
+		if plainMessage(v) {
+			keep = append(keep, v.Raw)
+		}
+		return true
+	})
+	i := 0
+	gjson.ParseBytes(a.Messages).ForEach(func(_, v gjson.Result) bool {
+		if i < len(keep) && v.Raw == keep[i] {
+			i++
+		}
+		return true
+	})
+	if i != len(keep) {
+		t.Fatalf("untouched message %q lost or changed in %s", keep[i], a.Messages)
+	}
+}
+
+// plainMessage reports whether v has nothing repair could change: no
+// tool call, no result, and it is not an empty assistant or model turn.
+func plainMessage(v gjson.Result) bool {
+	role := v.Get("role").Str
+	if v.Get("tool_calls").Exists() || role == "tool" || v.Get("parts.#.functionCall|#").Int() > 0 ||
+		v.Get("parts.#.functionResponse|#").Int() > 0 {
+		return false
+	}
+	if role == "assistant" {
+		c := v.Get("content")
+		return !(!c.Exists() || c.Type == gjson.Null || c.Str == "" && c.Type == gjson.String || c.IsArray() && len(c.Array()) == 0) || v.Get("refusal").Str != ""
+	}
+	if role == "model" {
+		for _, p := range v.Get("parts").Array() {
+			if len(p.Map()) == 0 {
+				return true
+			}
+			for k, x := range p.Map() {
+				if k != "thought" && k != "thoughtSignature" && (k != "text" || x.Str != "") {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// checkOpenAIValid is an independent validator of an OpenAI chat history,
+// written with encoding/json: every call id is unique, every call is
+// answered exactly once by the tool messages right after its turn, no
+// tool message stands elsewhere, and no assistant message is empty.
+func checkOpenAIValid(b []byte) error {
+	var msgs []map[string]json.RawMessage
+	if err := json.Unmarshal(b, &msgs); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	var open map[string]bool
+	inBlock := false
+	for i, m := range msgs {
+		var role string
+		json.Unmarshal(m["role"], &role)
+		if role == "tool" {
+			var id string
+			json.Unmarshal(m["tool_call_id"], &id)
+			if !inBlock || !open[id] {
+				return fmt.Errorf("message %d: tool result %q without a pending call", i, id)
+			}
+			delete(open, id)
+			continue
+		}
+		if len(open) > 0 {
+			return fmt.Errorf("message %d: calls %v unanswered", i, open)
+		}
+		inBlock = false
+		if role != "assistant" {
+			continue
+		}
+		var calls []struct{ ID string }
+		json.Unmarshal(m["tool_calls"], &calls)
+		if len(calls) == 0 {
+			var c any
+			json.Unmarshal(m["content"], &c)
+			var r string
+			json.Unmarshal(m["refusal"], &r)
+			if (c == nil || c == "" || fmt.Sprint(c) == "[]") && r == "" && m["function_call"] == nil && m["audio"] == nil {
+				return fmt.Errorf("message %d: empty assistant", i)
+			}
+			continue
+		}
+		open, inBlock = map[string]bool{}, true
+		for _, c := range calls {
+			if seen[c.ID] {
+				return fmt.Errorf("message %d: call id %q reused", i, c.ID)
+			}
+			seen[c.ID], open[c.ID] = true, true
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Errorf("calls %v unanswered at the end", open)
+	}
+	return nil
+}
+
+// checkGeminiValid is an independent validator of Gemini contents.
+func checkGeminiValid(b []byte) error {
+	type fn struct {
+		ID, Name string
+	}
+	var cs []struct {
+		Role  string
+		Parts []map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(b, &cs); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	var open []fn
+	for i, c := range cs {
+		if open != nil {
+			if c.Role == "model" {
+				return fmt.Errorf("content %d: calls %v unanswered", i, open)
+			}
+			for _, p := range c.Parts {
+				if p["functionResponse"] == nil {
+					continue
+				}
+				var r fn
+				json.Unmarshal(p["functionResponse"], &r)
+				j := 0
+				for ; j < len(open); j++ {
+					if (r.ID != "" && open[j].ID == r.ID) || (r.ID == "" && open[j].ID == "" && open[j].Name == r.Name) {
+						break
+					}
+				}
+				if j == len(open) {
+					return fmt.Errorf("content %d: response %v matches no pending call", i, r)
+				}
+				open = append(open[:j], open[j+1:]...)
+			}
+			if len(open) > 0 {
+				return fmt.Errorf("content %d: calls %v unanswered", i, open)
+			}
+			open = nil
+			continue
+		}
+		empty := true
+		for _, p := range c.Parts {
+			if p["functionResponse"] != nil {
+				return fmt.Errorf("content %d: response without a pending call", i)
+			}
+			for k, v := range p {
+				if k != "thought" && k != "thoughtSignature" && (k != "text" || string(v) != `""`) {
+					empty = false
+				}
+			}
+			if c.Role == "model" && p["functionCall"] != nil {
+				var f fn
+				json.Unmarshal(p["functionCall"], &f)
+				if f.ID != "" {
+					if seen[f.ID] {
+						return fmt.Errorf("content %d: call id %q reused", i, f.ID)
+					}
+					seen[f.ID] = true
+				}
+				open = append(open, f)
+			}
+		}
+		if c.Role == "model" && empty {
+			return fmt.Errorf("content %d: empty model content", i)
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Errorf("calls %v unanswered at the end", open)
+	}
+	return nil
+}
+
+// genOpenAI turns arbitrary bytes into an OpenAI chat history drawn from
+// a small vocabulary, so fuzzing explores histories rather than syntax.
+func genOpenAI(prog []byte) []byte {
+	ids := []string{"a", "b", "c", "a_2", "b_3"}
+	names := []string{"get_weather", "delete_file"}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < len(prog); i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		op, arg := prog[i]%8, int(prog[i]/8)
+		switch op {
+		case 0:
+			b.WriteString(`{"role":"user","content":"u` + fmt.Sprint(i) + `"}`)
+		case 1:
+			b.WriteString(`{"role":"assistant","content":"t` + fmt.Sprint(i) + `"}`)
+		case 2: // empty assistant
+			b.WriteString([]string{`{"role":"assistant","content":null}`, `{"role":"assistant","content":""}`, `{"role":"assistant"}`, `{"role":"assistant","content":[]}`}[arg%4])
+		case 3, 4: // assistant with 1..3 calls
+			b.WriteString(`{"role":"assistant","content":null,"tool_calls":[`)
+			for k := 0; k <= arg%3; k++ {
+				if k > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, `{"id":%q,"type":"function","function":{"name":%q,"arguments":"{}"}}`, ids[(arg/3+k)%len(ids)], names[(arg+k)%2])
+			}
+			b.WriteString(`]}`)
+		case 5, 6, 7:
+			c := []string{`"r"`, `null`, `[{"type":"text","text":"p"}]`}[arg%3]
+			fmt.Fprintf(&b, `{"role":"tool","tool_call_id":%q,"content":%s}`, ids[(arg/3)%len(ids)], c)
+		}
+	}
+	b.WriteByte(']')
+	return []byte(b.String())
+}
+
+// genGemini is genOpenAI for Gemini contents.
+func genGemini(prog []byte) []byte {
+	ids := []string{"", "f1", "f2", "f1_2", ""}
+	names := []string{"get_weather", "get_time"}
+	part := func(kind string, arg int) string {
+		id := ids[arg%len(ids)]
+		s := fmt.Sprintf(`{%q:{"name":%q`, kind, names[(arg/5)%2])
+		if id != "" {
+			s += fmt.Sprintf(`,"id":%q`, id)
+		}
+		if kind == "functionCall" {
+			return s + `,"args":{}}}`
+		}
+		return s + `,"response":{"r":1}}}`
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < len(prog); i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		op, arg := prog[i]%8, int(prog[i]/8)
+		switch op {
+		case 0:
+			b.WriteString(`{"role":"user","parts":[{"text":"u"}]}`)
+		case 1:
+			b.WriteString(`{"role":"model","parts":[{"text":"t"}]}`)
+		case 2:
+			b.WriteString([]string{`{"role":"model","parts":[]}`, `{"role":"model"}`, `{"role":"model","parts":[{"text":""}]}`, `{"role":"model","parts":[{"text":"","thoughtSignature":"x"}]}`}[arg%4])
+		case 3, 4:
+			b.WriteString(`{"role":"model","parts":[`)
+			for k := 0; k <= arg%3; k++ {
+				if k > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(part("functionCall", arg/3+k))
+			}
+			b.WriteString(`]}`)
+		case 5, 6:
+			b.WriteString(`{"role":"user","parts":[`)
+			for k := 0; k <= arg%2; k++ {
+				if k > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(part("functionResponse", arg/2+k))
+			}
+			b.WriteString(`]}`)
+		case 7:
+			b.WriteString(`{"role":"user","parts":[{"text":"x"},` + part("functionResponse", arg) + `]}`)
+		}
+	}
+	b.WriteByte(']')
+	return []byte(b.String())
+}
+
+func fuzzBody(t *testing.T, data []byte, gen func([]byte) []byte, fn repairFunc, valid func([]byte) error) {
+	in := data
+	if !gjson.ValidBytes(data) {
+		if _, err := fn(data, Options{}); !errors.Is(err, ErrNotArray) {
+			t.Fatalf("invalid JSON: err = %v", err)
+		}
+		in = gen(data)
+	} else if !gjson.ParseBytes(data).IsArray() {
+		return
+	}
+	checkProperties(t, fn, valid, in, Options{ReadOnlyTools: []string{"get_weather"}})
+}
+
+// seedCorpus adds every golden input and a few generator programs.
+func seedCorpus(f *testing.F, dir string) {
+	files, _ := filepath.Glob(filepath.Join("testdata", dir, "*.json"))
+	for _, p := range files {
+		b, _ := os.ReadFile(p)
+		f.Add([]byte(gjson.GetBytes(b, "input").Raw))
+	}
+	for _, s := range []string{"\x00\x03\x05", "\x00\x0b\x05\x00\x03", "\x03\x02\x05\x05\x0d", "\x05\x00\x03\x01\x04\x06\x07"} {
+		f.Add([]byte(s))
+	}
+}
+
+func FuzzOpenAIChat(f *testing.F) {
+	seedCorpus(f, "openai")
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzBody(t, data, genOpenAI, OpenAIChat, checkOpenAIValid) })
+}
+
+func FuzzGemini(f *testing.F) {
+	seedCorpus(f, "gemini")
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzBody(t, data, genGemini, Gemini, checkGeminiValid) })
+}
+
+// TestGeneratedHistories runs the properties over every history of up
+// to four steps the generators can make from single-byte ops.
+func TestGeneratedHistories(t *testing.T) {
+	ops := []byte{0, 1, 2, 3, 3 + 8, 3 + 8*5, 4 + 8*2, 5, 5 + 8*3, 6 + 8, 7, 7 + 8*4, 2 + 8, 4 + 8*7}
+	var prog []byte
+	var rec func(depth int)
+	rec = func(depth int) {
+		checkProperties(t, OpenAIChat, checkOpenAIValid, genOpenAI(prog), Options{ReadOnlyTools: []string{"get_weather"}})
+		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
+		if depth == 0 {
+			return
+		}
+		for _, o := range ops {
+			prog = append(prog, o)
+			rec(depth - 1)
+			prog = prog[:len(prog)-1]
+		}
+	}
+	rec(4)
+}

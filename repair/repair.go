@@ -1,0 +1,344 @@
+package repair
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// ErrNotArray is returned when the history is not valid JSON or its top
+// level is not an array.
+var ErrNotArray = errors.New("repair: history is not a JSON array")
+
+// Edit kinds, as reported in a run's repairs and the X-Repaired header.
+const (
+	KindSyntheticResult = "synthetic_result"
+	KindOrphanResult    = "orphan_result"
+	KindRenamedID       = "renamed_id"
+	KindDroppedEmpty    = "dropped_empty"
+	KindMovedResult     = "moved_result"
+)
+
+// Options tune a repair. The zero value treats every tool as one that may
+// have side effects.
+type Options struct {
+	// ReadOnlyTools names the tools whose interrupted calls are safe to
+	// repeat; only these get the "changed nothing" wording.
+	ReadOnlyTools []string
+}
+
+// Edit is one change repair made.
+type Edit struct {
+	// Kind is one of the Kind* constants.
+	Kind string
+	// CallID is the call the edit concerns, as sent after repair (the new
+	// id for renamed_id); "" for dropped_empty and for Gemini calls
+	// without an id.
+	CallID string
+	// Name is the function name where one is known, else "".
+	Name string
+}
+
+// Call names a tool call that repair answered because it never returned.
+type Call struct {
+	ID   string // as sent after repair; "" for a Gemini call without an id
+	Name string
+}
+
+// Result is the outcome of a repair. Its strings never alias the input.
+type Result struct {
+	// Messages is the repaired JSON array. When Changed is false it is the
+	// input slice itself.
+	Messages []byte
+	// Interrupted lists the calls that got a synthetic result, in order.
+	Interrupted []Call
+	// Edits lists every change, in the order of the output.
+	Edits []Edit
+	// Changed reports whether Messages differs from the input.
+	Changed bool
+}
+
+// Wordings of synthetic results and orphan notes. The tool name or call
+// id is inserted where the format shows %s.
+const (
+	readOnlyWording = "The call to %s was interrupted before it returned; it changed nothing and is safe to call again."
+	sideEffWording  = "The call to %s was interrupted before it returned; it may have partly run, so check its effect before calling it again."
+	orphanWording   = "Result of tool call %s, whose call is missing from this conversation:"
+)
+
+// interruptedText is the text of a synthetic result for a call of name.
+func interruptedText(name string, opts *Options) string {
+	w := sideEffWording
+	if slices.Contains(opts.ReadOnlyTools, name) {
+		w = readOnlyWording
+	}
+	return fill(w, name)
+}
+
+// orphanHeader is the first line of an orphan note for call ref.
+func orphanHeader(ref string) string { return fill(orphanWording, ref) }
+
+func fill(w, s string) string {
+	for i := 0; i+1 < len(w); i++ {
+		if w[i] == '%' && w[i+1] == 's' {
+			return w[:i] + s + w[i+2:]
+		}
+	}
+	return w
+}
+
+// str views b as a string without copying; the bytes must not change while
+// the string is in use.
+func str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// parseArray checks that b is a valid JSON array and returns it parsed.
+func parseArray(b []byte) (gjson.Result, error) {
+	s := str(b)
+	if !gjson.Valid(s) {
+		return gjson.Result{}, ErrNotArray
+	}
+	r := gjson.Parse(s)
+	if !r.IsArray() {
+		return gjson.Result{}, ErrNotArray
+	}
+	return r, nil
+}
+
+// appendString appends s as a JSON string.
+func appendString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c == '\r':
+			dst = append(dst, '\\', 'r')
+		case c == '\t':
+			dst = append(dst, '\\', 't')
+		case c < 0x20:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return append(dst, '"')
+}
+
+// idSet is an allocation-free duplicate detector for the fast scan: a
+// Bloom filter in front of a list of the ids seen so far. The first 256 ids
+// live in the struct itself, so a local idSet stays on the stack.
+type idSet struct {
+	bits [64]uint64
+	buf  [256]string
+	n    int
+	more []string
+}
+
+// add records id and reports whether it was already present.
+func (s *idSet) add(id string) bool {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h ^= uint64(id[i])
+		h *= 1099511628211
+	}
+	b1, b2 := h%4096, (h>>32)%4096
+	hit := s.bits[b1/64]&(1<<(b1%64)) != 0 && s.bits[b2/64]&(1<<(b2%64)) != 0
+	if hit && (slices.Contains(s.buf[:s.n], id) || slices.Contains(s.more, id)) {
+		return true
+	}
+	s.bits[b1/64] |= 1 << (b1 % 64)
+	s.bits[b2/64] |= 1 << (b2 % 64)
+	if s.n < len(s.buf) {
+		s.buf[s.n] = id
+		s.n++
+	} else {
+		s.more = append(s.more, id)
+	}
+	return false
+}
+
+// pcall is one call of the latest call turn during the fast scan.
+type pcall struct {
+	id, name        string
+	hasID, answered bool
+}
+
+// pending tracks the calls of the latest call turn during the fast scan;
+// the first 16 live in the struct itself.
+type pending struct {
+	buf  [16]pcall
+	n    int
+	more []pcall
+	open int
+}
+
+func (p *pending) at(i int) *pcall {
+	if i < len(p.buf) {
+		return &p.buf[i]
+	}
+	return &p.more[i-len(p.buf)]
+}
+
+func (p *pending) reset() {
+	p.n, p.open, p.more = 0, 0, p.more[:0]
+}
+
+func (p *pending) add(id, name string, hasID bool) {
+	c := pcall{id: id, name: name, hasID: hasID}
+	if p.n < len(p.buf) {
+		p.buf[p.n] = c
+	} else {
+		p.more = append(p.more, c)
+	}
+	p.n++
+	p.open++
+}
+
+// answer marks the first unanswered call that the result matches (by id
+// when the result has one, else by name among calls without an id) and
+// reports whether there was one.
+func (p *pending) answer(id, name string, hasID bool) bool {
+	for i := 0; i < p.n; i++ {
+		c := p.at(i)
+		if c.answered || c.hasID != hasID {
+			continue
+		}
+		if (hasID && c.id == id) || (!hasID && c.name == name) {
+			c.answered = true
+			p.open--
+			return true
+		}
+	}
+	return false
+}
+
+// The slow path works on an abstract history shared by every format.
+
+// call is one tool call in the history.
+type call struct {
+	msg   int // index of the message (turn) that made it
+	part  int // index of the call inside the turn (tool_calls or parts index)
+	id    string
+	name  string
+	hasID bool
+	newID string // final id; equal to id unless renamed
+	res   int    // index into results, -1 when unanswered
+}
+
+// result is one tool result in the history.
+type result struct {
+	msg   int
+	part  int // part index (Gemini), -1 for a whole message
+	id    string
+	name  string
+	hasID bool
+	call  int // index into calls, -1 for an orphan
+}
+
+// graph holds calls and results and matches them.
+type graph struct {
+	calls   []call
+	results []result
+}
+
+func (g *graph) key(hasID bool, id, name string) string {
+	if hasID {
+		return "i" + id
+	}
+	return "n" + name
+}
+
+// match assigns each result to a call (see doc.go) and renames repeated
+// call ids.
+func (g *graph) match() {
+	byKey := make(map[string][]int)
+	used := make(map[string]bool)
+	for i, c := range g.calls {
+		k := g.key(c.hasID, c.id, c.name)
+		byKey[k] = append(byKey[k], i)
+		if c.hasID {
+			used[c.id] = true
+		}
+	}
+	for _, r := range g.results {
+		if r.hasID {
+			used[r.id] = true
+		}
+	}
+	for ri := range g.results {
+		r := &g.results[ri]
+		cands := byKey[g.key(r.hasID, r.id, r.name)]
+		best := -1
+		// Latest preceding turn with an unanswered match; first call in it.
+		for _, ci := range cands {
+			c := &g.calls[ci]
+			if c.res >= 0 || c.msg >= r.msg {
+				continue
+			}
+			if best < 0 || c.msg > g.calls[best].msg {
+				best = ci
+			}
+		}
+		if best < 0 {
+			for _, ci := range cands {
+				c := &g.calls[ci]
+				if c.res < 0 && c.msg > r.msg {
+					best = ci
+					break
+				}
+			}
+		}
+		if best >= 0 {
+			r.call = best
+			g.calls[best].res = ri
+		}
+	}
+	seen := make(map[string]bool)
+	for i := range g.calls {
+		c := &g.calls[i]
+		c.newID = c.id
+		if !c.hasID {
+			continue
+		}
+		if seen[c.id] {
+			for k := 2; ; k++ {
+				n := c.id + "_" + strconv.Itoa(k)
+				if !used[n] {
+					c.newID = n
+					used[n] = true
+					break
+				}
+			}
+		}
+		seen[c.id] = true
+	}
+}
+
+// finalID is the id a result is sent with after repair.
+func (g *graph) finalID(ri int) string {
+	r := &g.results[ri]
+	if r.call >= 0 {
+		return g.calls[r.call].newID
+	}
+	return r.id
+}
+
+// clone copies s so results never alias the caller's buffer.
+func clone(s string) string {
+	if s == "" {
+		return ""
+	}
+	return string([]byte(s))
+}
