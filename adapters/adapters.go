@@ -1,0 +1,311 @@
+// Package adapters owns the provider wire formats: for each one (OpenAI chat
+// completions — also DeepSeek, Gemini's OpenAI-compatible endpoint and other
+// OpenAI-compatible servers, which are configurations of one schema — and
+// Gemini native) it classifies request paths, reads and replaces the
+// messages array, assembles a streamed or non-streamed answer into the
+// message a client appends to its history, reads usage and finish reasons,
+// lists tool calls and results, hashes messages, restores provider fields a
+// client dropped, injects session ids and usage options, and writes errors in
+// the provider's shape.
+//
+// Bodies are read with gjson and edited with sjson on the raw bytes; nothing
+// is unmarshalled and re-marshalled, so untouched bytes and unknown fields
+// survive exactly. The package knows nothing about storage or HTTP servers.
+package adapters
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/tidwall/gjson"
+)
+
+// Sentinel errors returned (wrapped) by this package.
+var (
+	// ErrInvalidJSON means a body or message is not valid JSON.
+	ErrInvalidJSON = errors.New("adapters: invalid JSON")
+	// ErrNoMessages means a request body has no messages/contents array.
+	ErrNoMessages = errors.New("adapters: no messages array")
+	// ErrNoAnswer means a non-stream response has no choice/candidate.
+	ErrNoAnswer = errors.New("adapters: response has no answer")
+)
+
+// Format names a wire format; it is what a stored thread's "format" says.
+type Format string
+
+// The wire formats.
+const (
+	FormatOpenAIChat      Format = "openai-chat"
+	FormatGemini          Format = "gemini"
+	FormatOpenAIResponses Format = "openai-responses"
+)
+
+// OpKind says what a request is.
+type OpKind uint8
+
+const (
+	// OpPassThrough is any request chronicle forwards without persisting
+	// (/v1/models, /v1/embeddings, countTokens, …).
+	OpPassThrough OpKind = iota
+	// OpGenerate is a conversation turn: chat completions, generateContent,
+	// responses.
+	OpGenerate
+)
+
+// Framing says how a response body is framed.
+type Framing uint8
+
+const (
+	// FramingJSON is one JSON body (a non-stream answer).
+	FramingJSON Framing = iota
+	// FramingSSE is a text/event-stream body; read it with adapters/sse.
+	FramingSSE
+	// FramingJSONArray is Gemini's streamGenerateContent without alt=sse:
+	// one JSON array whose elements arrive over time; read it with
+	// ArrayReader.
+	FramingJSONArray
+)
+
+// Op is what Classify learns about a request.
+type Op struct {
+	Kind    OpKind
+	Stream  bool
+	Framing Framing
+	// Model is the model the request names ("" when it names none).
+	Model string
+}
+
+// Usage is the token accounting of one turn, in chronicle's terms.
+type Usage struct {
+	// Present is false when the provider reported no usage.
+	Present bool
+	// InputTokens counts prompt tokens, cached ones included.
+	InputTokens int64
+	// OutputTokens counts generated tokens, reasoning/thought tokens
+	// included (Gemini: candidatesTokenCount + thoughtsTokenCount).
+	OutputTokens int64
+	// CachedTokens counts prompt tokens served from a cache.
+	CachedTokens int64
+	// ReasoningTokens counts reasoning/thought tokens (also in OutputTokens).
+	ReasoningTokens int64
+}
+
+// FinishReason says how a turn ended.
+type FinishReason string
+
+// The finish reasons.
+const (
+	// FinishNone means no finish reason was seen (a truncated stream).
+	FinishNone FinishReason = ""
+	// FinishStop is a normal end (text answer).
+	FinishStop FinishReason = "stop"
+	// FinishToolCalls means the turn ended in tool calls that wait for
+	// results. Reported whenever the answer holds tool calls and the
+	// provider said "stop" (Gemini and its OpenAI endpoint do).
+	FinishToolCalls FinishReason = "tool_calls"
+	// FinishLength means the output-token limit cut the answer.
+	FinishLength FinishReason = "length"
+	// FinishContentFilter means a safety/content filter stopped it.
+	FinishContentFilter FinishReason = "content_filter"
+	// FinishError means the provider reported an error or an abnormal end
+	// (an error object in the stream, MALFORMED_FUNCTION_CALL, OTHER, …).
+	FinishError FinishReason = "error"
+)
+
+// ToolCall is one tool/function call of an assistant message.
+type ToolCall struct {
+	// ID is the call id; "" where the format has none (Gemini calls
+	// without functionCall.id).
+	ID   string
+	Name string
+}
+
+// ToolResult is one tool/function result of a message.
+type ToolResult struct {
+	// CallID is the id of the call answered; "" where the format has none.
+	CallID string
+	// Name is the function name where the format carries it (Gemini
+	// functionResponse.name, OpenAI legacy role "function"), else "".
+	Name string
+}
+
+// Turn is an assembled answer.
+type Turn struct {
+	// Message is the assistant/model message in the provider's request
+	// format: exactly what a client appends to its history. Compact JSON,
+	// owned by the caller.
+	Message []byte
+	Usage   Usage
+	Finish  FinishReason
+	// FinishRaw is the provider's own finish value ("stop", "MAX_TOKENS").
+	FinishRaw string
+	// ToolCalls lists the calls in Message, in order.
+	ToolCalls []ToolCall
+	// Terminal reports that the provider's end marker was seen: "[DONE]"
+	// for OpenAI chat, a candidate finishReason for Gemini. A stream
+	// without it is truncated and its turn must not land in the thread.
+	// Always true for a parsed non-stream body.
+	Terminal bool
+	// Error is the raw error object when the provider reported one inside
+	// the body or stream, else nil.
+	Error []byte
+}
+
+// Assembler builds a Turn from a stream's payloads.
+//
+// Feed takes one payload at a time: the Data of each SSE event (including
+// "[DONE]"), or each element of a Gemini JSON-array stream. Feed does not
+// retain data. Result may be called at any point; Reset makes the assembler
+// reusable (pool them). Not safe for concurrent use.
+type Assembler interface {
+	Feed(data []byte) error
+	Result() Turn
+	Reset()
+}
+
+// Message is one entry of a messages/contents array, as WalkMessages yields
+// it. Its slices are valid only during the callback.
+type Message struct {
+	// Index is the position in the array.
+	Index int
+	// Raw is the message's bytes, a slice of the input (no copy).
+	Raw []byte
+	// Role is the message's role ("user", "assistant", "tool", "model", …).
+	Role string
+	// Calls are the tool calls the message makes.
+	Calls []ToolCall
+	// Results are the tool results the message carries.
+	Results []ToolResult
+	// EmptyText reports that the message has no non-empty text
+	// (content null, "", absent, or only empty text parts).
+	EmptyText bool
+}
+
+// Restored names one field put back into an incoming message.
+type Restored struct {
+	// Field is the restored field: "reasoning_content",
+	// "thought_signature" (Gemini part or OpenAI-compatible extra_content).
+	Field string
+	// MessageIndex indexes the incoming messages array.
+	MessageIndex int
+}
+
+// Header is one header edit for the upstream request.
+type Header struct {
+	Name, Value string
+}
+
+// Adapter is what the proxy asks about one wire format. Implementations are
+// immutable and safe for concurrent use.
+type Adapter interface {
+	// Format names the wire format.
+	Format() Format
+	// Classify says what a request is. path is the upstream path (after
+	// the connection segment), query the raw query string.
+	Classify(method, path, query string, body []byte) Op
+	// Messages returns the raw messages/contents array (a slice of body)
+	// and whether the body has one.
+	Messages(body []byte) ([]byte, bool)
+	// SetMessages returns body with its messages/contents array replaced.
+	SetMessages(body, messages []byte) ([]byte, error)
+	// System returns Gemini's raw systemInstruction, nil elsewhere.
+	System(body []byte) []byte
+	// SetSystem sets (or, with nil, deletes) the systemInstruction; a no-op
+	// for formats without one.
+	SetSystem(body, system []byte) ([]byte, error)
+	// WalkMessages calls fn for each message of a messages array, in
+	// order, until fn returns false.
+	WalkMessages(messages []byte, fn func(Message) bool) error
+	// NewAssembler returns an assembler for this format's streams.
+	NewAssembler() Assembler
+	// ParseResponse assembles a non-stream response body.
+	ParseResponse(body []byte) (Turn, error)
+	// Restore puts back provider fields that incoming messages dropped,
+	// taking them from the stored thread's messages; model selects the
+	// provider's rule for what is sent back. It returns incoming itself
+	// when nothing changed.
+	Restore(incoming, stored []byte, model string) ([]byte, []Restored, error)
+	// PrepareUpstream injects the session id (when the format uses one)
+	// and, for streams, asks for usage. It returns the new body, header
+	// edits, the session id the upstream receives ("" if none) and whether
+	// chronicle added stream_options.include_usage (then strip every
+	// forwarded event with StripAddedUsage).
+	PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error)
+	// StripAddedUsage removes from one forwarded SSE event what
+	// chronicle's include_usage added. See the implementations.
+	StripAddedUsage(event []byte) (out []byte, drop bool)
+	// ErrorBody is chronicle's own error in the provider's shape.
+	ErrorBody(status int, code, message string) []byte
+	// StreamErrorEvent is the SSE event that reports an error after a
+	// stream's headers went out.
+	StreamErrorEvent(status int, code, message string) []byte
+}
+
+// Upstream is what PrepareUpstream decided.
+type Upstream struct {
+	Body []byte
+	// Headers are header edits to apply (set, replacing any value).
+	Headers []Header
+	// SessionID is the session id the upstream receives, "" if none.
+	SessionID string
+	// AddedUsage reports that chronicle added include_usage.
+	AddedUsage bool
+}
+
+// str returns a string that aliases b without copying. The caller must not
+// let it outlive b or modify b while it is in use.
+func str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// get is gjson.GetBytes without the copy gjson makes: the result's Raw
+// aliases body.
+func get(body []byte, path string) gjson.Result {
+	return gjson.Get(str(body), path)
+}
+
+// rawSlice returns the bytes of r as a slice of body (no copy) when r
+// indexes body, else a copy of r.Raw; nil when r does not exist.
+func rawSlice(body []byte, r gjson.Result) []byte {
+	if !r.Exists() {
+		return nil
+	}
+	if r.Index > 0 || (len(body) >= len(r.Raw) && str(body[:len(r.Raw)]) == r.Raw) {
+		return body[r.Index : r.Index+len(r.Raw)]
+	}
+	return []byte(r.Raw)
+}
+
+// unquoteRaw returns the content of a raw JSON string literal without its
+// quotes, still escaped.
+func unquoteRaw(raw string) string {
+	if len(raw) >= 2 && raw[0] == '"' {
+		return raw[1 : len(raw)-1]
+	}
+	return ""
+}
+
+// knownRole returns a constant for common roles so walking messages does not
+// allocate a string per message.
+func knownRole(r gjson.Result) string {
+	switch r.Raw {
+	case `"user"`:
+		return "user"
+	case `"assistant"`:
+		return "assistant"
+	case `"system"`:
+		return "system"
+	case `"developer"`:
+		return "developer"
+	case `"tool"`:
+		return "tool"
+	case `"model"`:
+		return "model"
+	case `"function"`:
+		return "function"
+	}
+	return r.String()
+}

@@ -1,0 +1,306 @@
+package adapters
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// Gemini is the adapter for the Gemini native API (generateContent,
+// streamGenerateContent with and without alt=sse).
+type Gemini struct {
+	// SessionHeaders are headers set to the session id; none by default
+	// (Gemini caches by prefix).
+	SessionHeaders []string
+}
+
+// NewGemini returns the Gemini native adapter.
+func NewGemini() *Gemini { return &Gemini{} }
+
+var _ Adapter = (*Gemini)(nil)
+
+// Format implements Adapter.
+func (g *Gemini) Format() Format { return FormatGemini }
+
+// Classify implements Adapter: POST …/models/{model}:generateContent is a
+// non-stream turn, :streamGenerateContent a stream — SSE with alt=sse, a
+// JSON array without. Anything else (countTokens, embedContent, model
+// lists) passes through.
+func (g *Gemini) Classify(method, path, query string, body []byte) Op {
+	if method != "POST" {
+		return Op{Kind: OpPassThrough}
+	}
+	i := strings.LastIndex(path, "/models/")
+	if i < 0 {
+		return Op{Kind: OpPassThrough}
+	}
+	rest := path[i+len("/models/"):]
+	j := strings.LastIndexByte(rest, ':')
+	if j < 0 {
+		return Op{Kind: OpPassThrough}
+	}
+	model, verb := rest[:j], rest[j+1:]
+	switch verb {
+	case "generateContent":
+		return Op{Kind: OpGenerate, Model: model}
+	case "streamGenerateContent":
+		op := Op{Kind: OpGenerate, Stream: true, Framing: FramingJSONArray, Model: model}
+		if q, err := url.ParseQuery(query); err == nil && q.Get("alt") == "sse" {
+			op.Framing = FramingSSE
+		}
+		return op
+	}
+	return Op{Kind: OpPassThrough}
+}
+
+// Messages implements Adapter: the contents array.
+func (g *Gemini) Messages(body []byte) ([]byte, bool) {
+	r := get(body, "contents")
+	if !r.IsArray() {
+		return nil, false
+	}
+	return rawSlice(body, r), true
+}
+
+// SetMessages implements Adapter.
+func (g *Gemini) SetMessages(body, messages []byte) ([]byte, error) {
+	return setRaw(body, "contents", messages)
+}
+
+// System implements Adapter: the raw systemInstruction, nil when absent.
+func (g *Gemini) System(body []byte) []byte {
+	r := get(body, "systemInstruction")
+	if !r.Exists() || r.Type == gjson.Null {
+		return nil
+	}
+	return rawSlice(body, r)
+}
+
+// SetSystem implements Adapter; nil deletes systemInstruction.
+func (g *Gemini) SetSystem(body, system []byte) ([]byte, error) {
+	if system == nil {
+		if !get(body, "systemInstruction").Exists() {
+			return body, nil
+		}
+		out, err := sjson.DeleteBytes(body, "systemInstruction")
+		if err != nil {
+			return nil, fmt.Errorf("delete systemInstruction: %w", err)
+		}
+		return out, nil
+	}
+	return setRaw(body, "systemInstruction", system)
+}
+
+// WalkMessages implements Adapter. Calls are functionCall parts, results
+// functionResponse parts; IDs are functionCall.id / functionResponse.id
+// where the client sent them, else "".
+func (g *Gemini) WalkMessages(messages []byte, fn func(Message) bool) error {
+	arr := gjson.Parse(str(messages))
+	if !arr.IsArray() {
+		return fmt.Errorf("walk contents: %w", ErrNoMessages)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	i := 0
+	arr.ForEach(func(_, m gjson.Result) bool {
+		calls, results = calls[:0], results[:0]
+		empty := true
+		m.Get("parts").ForEach(func(_, p gjson.Result) bool {
+			if fc := p.Get("functionCall"); fc.IsObject() {
+				calls = append(calls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
+			}
+			if fr := p.Get("functionResponse"); fr.IsObject() {
+				results = append(results, ToolResult{CallID: fr.Get("id").String(), Name: fr.Get("name").String()})
+			}
+			if t := p.Get("text"); t.Type == gjson.String && t.Raw != `""` && !p.Get("thought").Bool() {
+				empty = false
+			}
+			return true
+		})
+		msg := Message{Index: i, Raw: rawSlice(messages, m), Role: knownRole(m.Get("role")),
+			Calls: calls, Results: results, EmptyText: empty}
+		i++
+		return fn(msg)
+	})
+	return nil
+}
+
+// PrepareUpstream implements Adapter: Gemini reports usage on every chunk
+// and caches by prefix, so only the configured session headers apply.
+func (g *Gemini) PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error) {
+	up := Upstream{Body: body}
+	if sessionID != "" && len(g.SessionHeaders) > 0 {
+		for _, h := range g.SessionHeaders {
+			up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})
+		}
+		up.SessionID = sessionID
+	}
+	return up, nil
+}
+
+// StripAddedUsage implements Adapter; Gemini never needs it.
+func (g *Gemini) StripAddedUsage(event []byte) ([]byte, bool) { return event, false }
+
+// GoogleStatus is the canonical gRPC status name Google uses for an HTTP
+// status (DESIGN.md "Status codes").
+func GoogleStatus(status int) string {
+	switch status {
+	case 400, 413:
+		return "INVALID_ARGUMENT"
+	case 401:
+		return "UNAUTHENTICATED"
+	case 403:
+		return "PERMISSION_DENIED"
+	case 404:
+		return "NOT_FOUND"
+	case 409:
+		return "ABORTED"
+	case 429:
+		return "RESOURCE_EXHAUSTED"
+	case 499:
+		return "CANCELLED"
+	case 501:
+		return "UNIMPLEMENTED"
+	case 503:
+		return "UNAVAILABLE"
+	case 504:
+		return "DEADLINE_EXCEEDED"
+	}
+	if status >= 500 {
+		return "INTERNAL"
+	}
+	return "FAILED_PRECONDITION"
+}
+
+// ErrorBody implements Adapter: Google's envelope with chronicle's code as
+// a google.rpc.ErrorInfo reason in upper case (thread_busy → THREAD_BUSY).
+func (g *Gemini) ErrorBody(status int, code, message string) []byte {
+	b := make([]byte, 0, 192+len(message)+len(code))
+	b = append(b, `{"error":{"code":`...)
+	b = fmt.Appendf(b, "%d", status)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, message)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, GoogleStatus(status))
+	b = append(b, `,"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":`...)
+	b = appendJSONString(b, strings.ToUpper(code))
+	b = append(b, `,"domain":"chronicle"}]}}`...)
+	return b
+}
+
+// StreamErrorEvent implements Adapter: the error envelope as an SSE data
+// event, framed with CRLF like Gemini's own events. (For a JSON-array stream
+// the proxy writes "," + ErrorBody + "]" instead.)
+func (g *Gemini) StreamErrorEvent(status int, code, message string) []byte {
+	b := append([]byte("data: "), g.ErrorBody(status, code, message)...)
+	return append(b, "\r\n\r\n"...)
+}
+
+// ParseResponse implements Adapter for a generateContent body: the message
+// is candidates[0].content, compacted ({"parts":[],"role":"model"} when the
+// candidate has none).
+func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
+	if !gjson.ValidBytes(body) {
+		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
+	}
+	root := gjson.Parse(str(body))
+	if root.IsArray() { // an error body wrapped in an array, or a buffered stream
+		a := g.NewAssembler()
+		var err error
+		root.ForEach(func(_, el gjson.Result) bool {
+			err = a.Feed([]byte(el.Raw))
+			return err == nil
+		})
+		t := a.Result()
+		return t, err
+	}
+	if e := root.Get("error"); e.Exists() && e.Type != gjson.Null {
+		return Turn{Finish: FinishError, Terminal: true, Error: []byte(e.Raw)}, nil
+	}
+	t := Turn{Terminal: true}
+	cand := root.Get("candidates.0")
+	content := cand.Get("content")
+	if content.IsObject() {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, []byte(content.Raw)); err != nil {
+			return Turn{}, fmt.Errorf("parse response: %w: %v", ErrInvalidJSON, err)
+		}
+		t.Message = buf.Bytes()
+		if !get(t.Message, "role").Exists() {
+			t.Message, _ = sjson.SetBytes(t.Message, "role", "model")
+		}
+		if !get(t.Message, "parts").Exists() {
+			t.Message, _ = sjson.SetRawBytes(t.Message, "parts", []byte("[]"))
+		}
+	} else {
+		t.Message = []byte(`{"role":"model","parts":[]}`)
+	}
+	content.Get("parts").ForEach(func(_, p gjson.Result) bool {
+		if fc := p.Get("functionCall"); fc.IsObject() {
+			t.ToolCalls = append(t.ToolCalls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
+		}
+		return true
+	})
+	t.Usage = geminiUsage(root.Get("usageMetadata"))
+	t.FinishRaw = cand.Get("finishReason").String()
+	if t.FinishRaw == "" {
+		t.FinishRaw = root.Get("promptFeedback.blockReason").String()
+		if t.FinishRaw != "" {
+			t.Finish = FinishContentFilter
+			return t, nil
+		}
+		if !cand.Exists() {
+			return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+		}
+	}
+	t.Finish = geminiFinish(t.FinishRaw, len(t.ToolCalls) > 0)
+	return t, nil
+}
+
+// geminiUsage reads usageMetadata. Output counts thought tokens too.
+func geminiUsage(u gjson.Result) Usage {
+	if !u.IsObject() {
+		return Usage{}
+	}
+	us := Usage{Present: true}
+	var cand int64
+	u.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "promptTokenCount":
+			us.InputTokens = v.Int()
+		case "candidatesTokenCount":
+			cand = v.Int()
+		case "thoughtsTokenCount":
+			us.ReasoningTokens = v.Int()
+		case "cachedContentTokenCount":
+			us.CachedTokens = v.Int()
+		}
+		return true
+	})
+	us.OutputTokens = cand + us.ReasoningTokens
+	return us
+}
+
+// geminiFinish maps a candidate finishReason.
+func geminiFinish(raw string, hasCalls bool) FinishReason {
+	switch raw {
+	case "":
+		return FinishNone
+	case "STOP":
+		if hasCalls {
+			return FinishToolCalls
+		}
+		return FinishStop
+	case "MAX_TOKENS":
+		return FinishLength
+	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE",
+		"IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION":
+		return FinishContentFilter
+	}
+	return FinishError
+}

@@ -1,0 +1,453 @@
+package adapters
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// ReasoningPolicy says on which assistant messages a provider wants
+// reasoning_content sent back (DeepSeek thinking mode).
+type ReasoningPolicy uint8
+
+const (
+	// ReasoningNever: never restore reasoning_content (OpenAI; the legacy
+	// DeepSeek R1 reasoner, which rejects it).
+	ReasoningNever ReasoningPolicy = iota
+	// ReasoningToolTurns: restore it on every assistant message of an
+	// exchange (the messages between two user messages) that made tool
+	// calls — DeepSeek V3.2 thinking mode.
+	ReasoningToolTurns
+	// ReasoningAll: restore it on every assistant message that had one —
+	// DeepSeek V4, which may reject assistant messages without the key.
+	ReasoningAll
+)
+
+// DeepSeekReasoning is DeepSeek's rule (wire-formats.md §3.1) by model id:
+// V4 and the newest aliases → ReasoningAll; ids naming R1 → ReasoningNever;
+// anything else (deepseek-reasoner = V3.2, deepseek-chat) →
+// ReasoningToolTurns, which is also right for a non-thinking model, since a
+// non-thinking model stores no reasoning to restore.
+func DeepSeekReasoning(model string) ReasoningPolicy {
+	m := strings.ToLower(model)
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	switch {
+	case strings.Contains(m, "r1"):
+		return ReasoningNever
+	case strings.HasPrefix(m, "deepseek-v4"), m == "deepseek-flash", strings.HasPrefix(m, "deepseek-flash-"),
+		strings.HasPrefix(m, "deepseek-pro"):
+		return ReasoningAll
+	}
+	return ReasoningToolTurns
+}
+
+// Dialect configures the OpenAI chat adapter for one family of servers.
+// DeepSeek and Gemini's OpenAI-compatible endpoint are dialects, not
+// adapters. Override fields per connection by copying a preset.
+type Dialect struct {
+	// Name is informative ("openai", "deepseek", …).
+	Name string
+	// ToolOnlyContent is the raw JSON of "content" in an assembled
+	// message that has tool calls and no text: `null` (OpenAI) or `""`
+	// (DeepSeek, which sends content "" itself).
+	ToolOnlyContent string
+	// InjectUsage adds stream_options.include_usage to streaming requests
+	// that lack it (DeepSeek reports usage anyway).
+	InjectUsage bool
+	// SessionField is the body field that carries the session id
+	// ("prompt_cache_key"), "" for none.
+	SessionField string
+	// SessionHeaders are headers set to the session id (ChatGPT-backend
+	// "session-id", OpenCode "x-opencode-session").
+	SessionHeaders []string
+	// Reasoning returns the reasoning_content policy for a model; nil
+	// means ReasoningNever.
+	Reasoning func(model string) ReasoningPolicy
+	// DoneOptional makes a finish_reason count as the terminal marker
+	// when a server may omit "[DONE]" (Gemini's OpenAI endpoint).
+	DoneOptional bool
+}
+
+// Dialect presets.
+var (
+	OpenAI = Dialect{Name: "openai", ToolOnlyContent: "null", InjectUsage: true,
+		SessionField: "prompt_cache_key"}
+	DeepSeek = Dialect{Name: "deepseek", ToolOnlyContent: `""`,
+		Reasoning: DeepSeekReasoning}
+	GeminiOpenAI = Dialect{Name: "gemini-openai", ToolOnlyContent: "null",
+		DoneOptional: true}
+	OpenAICompatible = Dialect{Name: "openai-compatible", ToolOnlyContent: "null", InjectUsage: true}
+)
+
+// OpenAIChat is the adapter for OpenAI chat completions and its dialects.
+type OpenAIChat struct {
+	d Dialect
+}
+
+// NewOpenAIChat returns the chat-completions adapter for a dialect.
+func NewOpenAIChat(d Dialect) *OpenAIChat {
+	if d.ToolOnlyContent == "" {
+		d.ToolOnlyContent = "null"
+	}
+	return &OpenAIChat{d: d}
+}
+
+var _ Adapter = (*OpenAIChat)(nil)
+
+// Dialect returns the adapter's configuration.
+func (a *OpenAIChat) Dialect() Dialect { return a.d }
+
+// Format implements Adapter.
+func (a *OpenAIChat) Format() Format { return FormatOpenAIChat }
+
+// Classify implements Adapter: POST …/chat/completions is a turn (streaming
+// when the body says "stream": true); anything else passes through.
+func (a *OpenAIChat) Classify(method, path, query string, body []byte) Op {
+	p := strings.TrimRight(path, "/")
+	if method != "POST" || !strings.HasSuffix(p, "/chat/completions") {
+		return Op{Kind: OpPassThrough}
+	}
+	op := Op{Kind: OpGenerate, Model: get(body, "model").String()}
+	if get(body, "stream").Bool() {
+		op.Stream, op.Framing = true, FramingSSE
+	}
+	return op
+}
+
+// Messages implements Adapter.
+func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) {
+	r := get(body, "messages")
+	if !r.IsArray() {
+		return nil, false
+	}
+	return rawSlice(body, r), true
+}
+
+// SetMessages implements Adapter.
+func (a *OpenAIChat) SetMessages(body, messages []byte) ([]byte, error) {
+	return setRaw(body, "messages", messages)
+}
+
+// System implements Adapter; OpenAI system prompts are messages.
+func (a *OpenAIChat) System(body []byte) []byte { return nil }
+
+// SetSystem implements Adapter as a no-op.
+func (a *OpenAIChat) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
+
+func setRaw(body []byte, path string, value []byte) ([]byte, error) {
+	if !gjson.ValidBytes(value) {
+		return nil, fmt.Errorf("set %s: %w", path, ErrInvalidJSON)
+	}
+	out, err := sjson.SetRawBytes(body, path, value)
+	if err != nil {
+		return nil, fmt.Errorf("set %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// WalkMessages implements Adapter. Calls come from tool_calls (and the
+// legacy function_call), results from role "tool" (tool_call_id) and role
+// "function" (name).
+func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error {
+	arr := gjson.Parse(str(messages))
+	if !arr.IsArray() {
+		return fmt.Errorf("walk messages: %w", ErrNoMessages)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	i := 0
+	arr.ForEach(func(_, m gjson.Result) bool {
+		calls, results = calls[:0], results[:0]
+		role := knownRole(m.Get("role"))
+		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+			calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
+			return true
+		})
+		if fc := m.Get("function_call"); fc.IsObject() {
+			calls = append(calls, ToolCall{Name: fc.Get("name").String()})
+		}
+		switch role {
+		case "tool":
+			results = append(results, ToolResult{CallID: m.Get("tool_call_id").String()})
+		case "function":
+			results = append(results, ToolResult{Name: m.Get("name").String()})
+		}
+		msg := Message{Index: i, Raw: rawSlice(messages, m), Role: role, Calls: calls, Results: results,
+			EmptyText: openAIEmptyText(m.Get("content"))}
+		i++
+		return fn(msg)
+	})
+	return nil
+}
+
+// openAIEmptyText reports whether a content value holds no non-empty text.
+func openAIEmptyText(c gjson.Result) bool {
+	switch {
+	case c.Type == gjson.String:
+		return c.Raw == `""`
+	case c.IsArray():
+		empty := true
+		c.ForEach(func(_, p gjson.Result) bool {
+			t := p.Get("type").String()
+			if t != "text" && t != "" || p.Get("text").String() != "" || p.Get("refusal").String() != "" {
+				empty = false
+			}
+			return empty
+		})
+		return empty
+	}
+	return true
+}
+
+// PrepareUpstream implements Adapter: it sets the dialect's session field
+// unless the client set one (then the client's value is what the upstream
+// receives), returns the session headers, and for streams adds
+// stream_options.include_usage when the dialect wants it and the client did
+// not ask for it.
+func (a *OpenAIChat) PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error) {
+	up := Upstream{Body: body}
+	var err error
+	if a.d.SessionField != "" && sessionID != "" {
+		if cur := get(body, a.d.SessionField); cur.Exists() && cur.String() != "" {
+			up.SessionID = cur.String()
+		} else {
+			if up.Body, err = sjson.SetBytes(up.Body, a.d.SessionField, sessionID); err != nil {
+				return Upstream{}, fmt.Errorf("set %s: %w", a.d.SessionField, err)
+			}
+			up.SessionID = sessionID
+		}
+	}
+	if sessionID != "" {
+		for _, h := range a.d.SessionHeaders {
+			up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})
+		}
+		if up.SessionID == "" && len(up.Headers) > 0 {
+			up.SessionID = sessionID
+		}
+	}
+	if stream && a.d.InjectUsage && !get(body, "stream_options.include_usage").Bool() {
+		if up.Body, err = sjson.SetBytes(up.Body, "stream_options.include_usage", true); err != nil {
+			return Upstream{}, fmt.Errorf("set include_usage: %w", err)
+		}
+		up.AddedUsage = true
+	}
+	return up, nil
+}
+
+var (
+	usageKey  = []byte(`"usage"`)
+	nullLit   = []byte("null")
+	emptyList = []byte(`"choices":[]`)
+)
+
+// StripAddedUsage implements Adapter for a stream where chronicle added
+// include_usage: given one raw SSE event, it reports drop for the
+// usage-only chunk (choices empty, usage set) and otherwise removes the
+// top-level "usage":null member. It edits event in place (out aliases
+// event) and never allocates. Events without either are returned as is.
+func (a *OpenAIChat) StripAddedUsage(event []byte) ([]byte, bool) {
+	if bytes.Contains(event, emptyList) {
+		data := eventData(event)
+		if u := get(data, "usage"); u.IsObject() && get(data, "choices.#").Int() == 0 {
+			return event, true
+		}
+	}
+	// Find the last `"usage"` key whose value is null.
+	end := len(event)
+	for {
+		i := bytes.LastIndex(event[:end], usageKey)
+		if i < 0 {
+			return event, false
+		}
+		j := skipWS(event, i+len(usageKey))
+		if j < len(event) && event[j] == ':' {
+			j = skipWS(event, j+1)
+			if bytes.HasPrefix(event[j:], nullLit) {
+				return removeMember(event, i, j+len(nullLit)), false
+			}
+		}
+		end = i
+	}
+}
+
+// eventData returns the payload of a single-line data event, or the event
+// itself when it has no "data:" prefix.
+func eventData(ev []byte) []byte {
+	i := bytes.Index(ev, []byte("data:"))
+	if i < 0 {
+		return ev
+	}
+	ev = ev[i+5:]
+	if j := bytes.IndexAny(ev, "\r\n"); j >= 0 {
+		ev = ev[:j]
+	}
+	return ev
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// removeMember deletes the object member spanning b[start:end] together
+// with one adjacent comma, shifting the rest left in place.
+func removeMember(b []byte, start, end int) []byte {
+	k := start - 1
+	for k >= 0 && (b[k] == ' ' || b[k] == '\t' || b[k] == '\r' || b[k] == '\n') {
+		k--
+	}
+	if k >= 0 && b[k] == ',' {
+		start = k
+	} else {
+		e := skipWS(b, end)
+		if e < len(b) && b[e] == ',' {
+			end = e + 1
+		}
+	}
+	n := copy(b[start:], b[end:])
+	return b[:start+n]
+}
+
+// ErrorBody implements Adapter: {"error":{"message","type","param":null,"code"}}.
+// type is "invalid_request_error" for 4xx (OpenAI uses it for 401 too),
+// "rate_limit_error" for 429 and "server_error" for 5xx.
+func (a *OpenAIChat) ErrorBody(status int, code, message string) []byte {
+	typ := "invalid_request_error"
+	switch {
+	case status == 429:
+		typ = "rate_limit_error"
+	case status >= 500:
+		typ = "server_error"
+	}
+	b := make([]byte, 0, 96+len(message)+len(code))
+	b = append(b, `{"error":{"message":`...)
+	b = appendJSONString(b, message)
+	b = append(b, `,"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"param":null,"code":`...)
+	b = appendJSONString(b, code)
+	b = append(b, "}}"...)
+	return b
+}
+
+// StreamErrorEvent implements Adapter: a data event whose JSON has a
+// top-level error (openai-node throws it as APIError).
+func (a *OpenAIChat) StreamErrorEvent(status int, code, message string) []byte {
+	b := append([]byte("data: "), a.ErrorBody(status, code, message)...)
+	return append(b, "\n\n"...)
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
+}
+
+// ParseResponse implements Adapter for a non-stream chat completion. The
+// message is choices[0].message, compacted, minus what only responses
+// carry: "refusal":null, "annotations":[], tool_calls[].index; "content"
+// is added as null when absent.
+func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
+	if !gjson.ValidBytes(body) {
+		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
+	}
+	if e := get(body, "error"); e.Exists() && e.Type != gjson.Null {
+		return Turn{Finish: FinishError, Terminal: true, Error: append([]byte(nil), e.Raw...)}, nil
+	}
+	choice := get(body, "choices.0")
+	msgR := choice.Get("message")
+	if !msgR.IsObject() {
+		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(msgR.Raw)); err != nil {
+		return Turn{}, fmt.Errorf("parse response: %w: %v", ErrInvalidJSON, err)
+	}
+	msg := buf.Bytes()
+	var err error
+	if r := get(msg, "refusal"); r.Exists() && r.Type == gjson.Null {
+		msg, _ = sjson.DeleteBytes(msg, "refusal")
+	}
+	if r := get(msg, "annotations"); r.IsArray() && len(r.Array()) == 0 {
+		msg, _ = sjson.DeleteBytes(msg, "annotations")
+	}
+	for i := int(get(msg, "tool_calls.#").Int()) - 1; i >= 0; i-- {
+		p := "tool_calls." + strconv.Itoa(i) + ".index"
+		if get(msg, p).Exists() {
+			msg, _ = sjson.DeleteBytes(msg, p)
+		}
+	}
+	if !get(msg, "content").Exists() {
+		if msg, err = sjson.SetRawBytes(msg, "content", []byte("null")); err != nil {
+			return Turn{}, fmt.Errorf("parse response: %w", err)
+		}
+	}
+	t := Turn{Message: msg, Terminal: true}
+	t.Usage = openAIUsage(get(body, "usage"))
+	t.FinishRaw = choice.Get("finish_reason").String()
+	get(msg, "tool_calls").ForEach(func(_, c gjson.Result) bool {
+		t.ToolCalls = append(t.ToolCalls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
+		return true
+	})
+	t.Finish = openAIFinish(t.FinishRaw, len(t.ToolCalls) > 0)
+	return t, nil
+}
+
+// openAIUsage reads an OpenAI/DeepSeek usage object.
+func openAIUsage(u gjson.Result) Usage {
+	if !u.IsObject() {
+		return Usage{}
+	}
+	us := Usage{Present: true}
+	u.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "prompt_tokens":
+			us.InputTokens = v.Int()
+		case "completion_tokens":
+			us.OutputTokens = v.Int()
+		case "prompt_tokens_details":
+			if c := v.Get("cached_tokens"); c.Exists() {
+				us.CachedTokens = c.Int()
+			}
+		case "prompt_cache_hit_tokens":
+			if us.CachedTokens == 0 {
+				us.CachedTokens = v.Int()
+			}
+		case "completion_tokens_details":
+			us.ReasoningTokens = v.Get("reasoning_tokens").Int()
+		}
+		return true
+	})
+	return us
+}
+
+// openAIFinish maps a finish_reason.
+func openAIFinish(raw string, hasCalls bool) FinishReason {
+	var f FinishReason
+	switch raw {
+	case "":
+		return FinishNone
+	case "stop":
+		f = FinishStop
+	case "length":
+		f = FinishLength
+	case "tool_calls", "function_call":
+		f = FinishToolCalls
+	case "content_filter":
+		f = FinishContentFilter
+	default:
+		f = FinishError
+	}
+	if hasCalls && f == FinishStop {
+		f = FinishToolCalls
+	}
+	return f
+}

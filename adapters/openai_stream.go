@@ -1,0 +1,341 @@
+package adapters
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/tidwall/gjson"
+)
+
+// NewAssembler implements Adapter.
+func (a *OpenAIChat) NewAssembler() Assembler { return &openAIAssembler{d: &a.d} }
+
+// openAIAssembler rebuilds the assistant message from chat-completion
+// chunks the way the official SDKs do: content, reasoning_content and
+// refusal concatenated (a null delta never erases text), tool calls merged
+// by index (id, type and name from the first fragment that has them,
+// arguments concatenated), entries without an index (Gemini's OpenAI
+// endpoint) each a whole call keyed by id. Other delta fields are kept
+// (last non-null value wins), as are unknown fields of tool calls. Only
+// choice index 0 is assembled.
+//
+// Strings are kept as their escaped JSON text and concatenated as such, so
+// feeding text deltas neither decodes nor allocates in the steady state.
+type openAIAssembler struct {
+	d *Dialect
+
+	content, reasoning, refusal             []byte
+	contentSeen, reasoningSeen, refusalSeen bool
+
+	calls  []oaCall
+	ncalls int
+	extras kvList
+
+	usage     Usage
+	finishRaw []byte
+	done      bool
+	errRaw    []byte
+}
+
+type oaCall struct {
+	index    int64
+	hasIndex bool
+	id       []byte // raw JSON string
+	typ      []byte // raw JSON string
+	name     []byte // escaped text
+	args     []byte // escaped text
+	extra    kvList
+}
+
+// kvList is a reusable list of raw JSON members.
+type kvList struct {
+	items []kvItem
+	n     int
+}
+
+type kvItem struct {
+	key, val []byte // raw JSON key (with quotes), raw value
+}
+
+func (l *kvList) reset() { l.n = 0 }
+
+// set stores key=val, replacing an existing key; with keepFirst an existing
+// key is left alone.
+func (l *kvList) set(key, val string, keepFirst bool) {
+	for i := 0; i < l.n; i++ {
+		if string(l.items[i].key) == key {
+			if !keepFirst {
+				l.items[i].val = append(l.items[i].val[:0], val...)
+			}
+			return
+		}
+	}
+	if l.n == len(l.items) {
+		l.items = append(l.items, kvItem{})
+	}
+	it := &l.items[l.n]
+	it.key = append(it.key[:0], key...)
+	it.val = append(it.val[:0], val...)
+	l.n++
+}
+
+func (l *kvList) appendTo(b []byte) []byte {
+	for i := 0; i < l.n; i++ {
+		b = append(b, ',')
+		b = append(b, l.items[i].key...)
+		b = append(b, ':')
+		b = append(b, l.items[i].val...)
+	}
+	return b
+}
+
+var doneMarker = []byte("[DONE]")
+
+// Reset implements Assembler.
+func (s *openAIAssembler) Reset() {
+	s.content, s.reasoning, s.refusal = s.content[:0], s.reasoning[:0], s.refusal[:0]
+	s.contentSeen, s.reasoningSeen, s.refusalSeen = false, false, false
+	s.ncalls = 0
+	s.extras.reset()
+	s.usage = Usage{}
+	s.finishRaw = s.finishRaw[:0]
+	s.done = false
+	s.errRaw = s.errRaw[:0]
+}
+
+// Feed implements Assembler for one SSE data payload.
+func (s *openAIAssembler) Feed(data []byte) error {
+	data = bytes.TrimSpace(data)
+	if bytes.Equal(data, doneMarker) {
+		s.done = true
+		return nil
+	}
+	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
+		return fmt.Errorf("openai chunk: %w", ErrInvalidJSON)
+	}
+	gjson.Parse(str(data)).ForEach(func(k, v gjson.Result) bool {
+		switch k.Raw {
+		case `"choices"`:
+			v.ForEach(func(_, c gjson.Result) bool {
+				if idx := c.Get("index"); idx.Exists() && idx.Int() != 0 {
+					return true
+				}
+				s.choice(c)
+				return false
+			})
+		case `"usage"`:
+			if v.IsObject() {
+				s.usage = openAIUsage(v)
+			}
+		case `"error"`:
+			if v.Type != gjson.Null {
+				s.errRaw = append(s.errRaw[:0], v.Raw...)
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+func (s *openAIAssembler) choice(c gjson.Result) {
+	c.ForEach(func(k, v gjson.Result) bool {
+		switch k.Raw {
+		case `"delta"`, `"message"`:
+			s.delta(v)
+		case `"finish_reason"`:
+			if v.Type == gjson.String {
+				s.finishRaw = append(s.finishRaw[:0], v.Str...)
+			}
+		}
+		return true
+	})
+}
+
+func (s *openAIAssembler) delta(d gjson.Result) {
+	d.ForEach(func(k, v gjson.Result) bool {
+		switch k.Raw {
+		case `"role"`:
+		case `"content"`:
+			if v.Type == gjson.String {
+				s.content = append(s.content, unquoteRaw(v.Raw)...)
+				s.contentSeen = true
+			}
+		case `"reasoning_content"`:
+			if v.Type == gjson.String {
+				s.reasoning = append(s.reasoning, unquoteRaw(v.Raw)...)
+				s.reasoningSeen = true
+			}
+		case `"refusal"`:
+			if v.Type == gjson.String {
+				s.refusal = append(s.refusal, unquoteRaw(v.Raw)...)
+				s.refusalSeen = true
+			}
+		case `"tool_calls"`:
+			v.ForEach(func(_, tc gjson.Result) bool {
+				s.toolCall(tc)
+				return true
+			})
+		default:
+			if v.Type != gjson.Null {
+				s.extras.set(k.Raw, v.Raw, false)
+			}
+		}
+		return true
+	})
+}
+
+// toolCall merges one tool_calls entry.
+func (s *openAIAssembler) toolCall(tc gjson.Result) {
+	idx := tc.Get("index")
+	id := tc.Get("id")
+	var c *oaCall
+	switch {
+	case idx.Exists():
+		n := idx.Int()
+		for i := 0; i < s.ncalls; i++ {
+			if s.calls[i].hasIndex && s.calls[i].index == n {
+				c = &s.calls[i]
+				break
+			}
+		}
+	case id.Type == gjson.String && id.Str != "":
+		for i := 0; i < s.ncalls; i++ {
+			if string(s.calls[i].id) == id.Raw {
+				c = &s.calls[i]
+				break
+			}
+		}
+	default:
+		// No index and no id: a continuation of the last call.
+		if s.ncalls > 0 {
+			c = &s.calls[s.ncalls-1]
+		}
+	}
+	if c == nil {
+		if s.ncalls == len(s.calls) {
+			s.calls = append(s.calls, oaCall{})
+		}
+		c = &s.calls[s.ncalls]
+		s.ncalls++
+		c.id, c.typ, c.name, c.args = c.id[:0], c.typ[:0], c.name[:0], c.args[:0]
+		c.extra.reset()
+		c.index, c.hasIndex = idx.Int(), idx.Exists()
+	}
+	tc.ForEach(func(k, v gjson.Result) bool {
+		switch k.Raw {
+		case `"index"`:
+		case `"id"`:
+			if len(c.id) == 0 && v.Type == gjson.String && v.Str != "" {
+				c.id = append(c.id, v.Raw...)
+			}
+		case `"type"`:
+			if len(c.typ) == 0 && v.Type == gjson.String && v.Str != "" {
+				c.typ = append(c.typ, v.Raw...)
+			}
+		case `"function"`:
+			v.ForEach(func(fk, fv gjson.Result) bool {
+				if fv.Type != gjson.String {
+					return true
+				}
+				switch fk.Raw {
+				case `"name"`:
+					if len(c.name) == 0 {
+						c.name = append(c.name, unquoteRaw(fv.Raw)...)
+					}
+				case `"arguments"`:
+					c.args = append(c.args, unquoteRaw(fv.Raw)...)
+				}
+				return true
+			})
+		default:
+			if v.Type != gjson.Null {
+				c.extra.set(k.Raw, v.Raw, true)
+			}
+		}
+		return true
+	})
+}
+
+// Result implements Assembler.
+func (s *openAIAssembler) Result() Turn {
+	m := make([]byte, 0, 64+len(s.content)+len(s.reasoning)+len(s.refusal)+s.callsSize())
+	m = append(m, `{"role":"assistant","content":`...)
+	switch {
+	case len(s.content) > 0:
+		m = appendQuoted(m, s.content)
+	case s.ncalls > 0:
+		m = append(m, s.d.ToolOnlyContent...)
+	case s.refusalSeen && len(s.refusal) > 0:
+		m = append(m, "null"...)
+	default:
+		m = append(m, `""`...)
+	}
+	if s.reasoningSeen {
+		m = append(m, `,"reasoning_content":`...)
+		m = appendQuoted(m, s.reasoning)
+	}
+	if len(s.refusal) > 0 {
+		m = append(m, `,"refusal":`...)
+		m = appendQuoted(m, s.refusal)
+	}
+	t := Turn{}
+	if s.ncalls > 0 {
+		m = append(m, `,"tool_calls":[`...)
+		for i := 0; i < s.ncalls; i++ {
+			c := &s.calls[i]
+			if i > 0 {
+				m = append(m, ',')
+			}
+			m = append(m, `{"id":`...)
+			if len(c.id) > 0 {
+				m = append(m, c.id...)
+			} else {
+				m = append(m, `""`...)
+			}
+			m = append(m, `,"type":`...)
+			if len(c.typ) > 0 {
+				m = append(m, c.typ...)
+			} else {
+				m = append(m, `"function"`...)
+			}
+			m = append(m, `,"function":{"name":`...)
+			m = appendQuoted(m, c.name)
+			m = append(m, `,"arguments":`...)
+			m = appendQuoted(m, c.args)
+			m = append(m, '}')
+			m = c.extra.appendTo(m)
+			m = append(m, '}')
+			t.ToolCalls = append(t.ToolCalls, ToolCall{
+				ID:   gjson.Parse(string(c.id)).String(),
+				Name: gjson.Parse(`"` + string(c.name) + `"`).String(),
+			})
+		}
+		m = append(m, ']')
+	}
+	m = s.extras.appendTo(m)
+	m = append(m, '}')
+	t.Message = m
+	t.Usage = s.usage
+	t.FinishRaw = string(s.finishRaw)
+	t.Finish = openAIFinish(t.FinishRaw, s.ncalls > 0)
+	t.Terminal = s.done || (s.d.DoneOptional && len(s.finishRaw) > 0)
+	if len(s.errRaw) > 0 {
+		t.Error = append([]byte(nil), s.errRaw...)
+		t.Finish = FinishError
+	}
+	return t
+}
+
+func (s *openAIAssembler) callsSize() int {
+	n := 0
+	for i := 0; i < s.ncalls; i++ {
+		n += 64 + len(s.calls[i].args) + len(s.calls[i].name) + len(s.calls[i].id)
+	}
+	return n
+}
+
+func appendQuoted(b, escaped []byte) []byte {
+	b = append(b, '"')
+	b = append(b, escaped...)
+	return append(b, '"')
+}
