@@ -19,8 +19,8 @@ type gmPart struct {
 	id       string
 	name     string
 	hasID    bool
-	response gjson.Result
-	empty    bool // only an empty text (with thought flags or a signature)
+	response string // raw JSON, "" when absent
+	empty    bool   // only an empty text (with thought flags or a signature)
 }
 
 func parseGMPart(v gjson.Result) gmPart {
@@ -29,31 +29,31 @@ func parseGMPart(v gjson.Result) gmPart {
 		return p
 	}
 	p.empty = true
-	v.ForEach(func(k, val gjson.Result) bool {
-		switch k.Str {
+	walkObject(v.Raw, func(k, val string) bool {
+		switch k {
 		case "functionCall", "functionResponse":
+			p.empty = false
 			if p.kind != gpOther {
 				break
 			}
 			p.kind = gpCall
-			if k.Str == "functionResponse" {
+			if k == "functionResponse" {
 				p.kind = gpResponse
 			}
-			val.ForEach(func(k2, v2 gjson.Result) bool {
-				switch k2.Str {
+			walkObject(val, func(k2, v2 string) bool {
+				switch k2 {
 				case "id":
-					p.id = v2.Str
-					p.hasID = v2.Type == gjson.String && v2.Str != ""
+					p.id = strValue(v2)
+					p.hasID = p.id != ""
 				case "name":
-					p.name = v2.Str
+					p.name = strValue(v2)
 				case "response":
 					p.response = v2
 				}
 				return true
 			})
-			p.empty = false
 		case "text":
-			if val.Type != gjson.String || val.Str != "" {
+			if val != `""` {
 				p.empty = false
 			}
 		case "thought", "thoughtSignature":
@@ -74,15 +74,12 @@ type gmContent struct {
 
 func parseGM(v gjson.Result) gmContent {
 	c := gmContent{raw: v.Raw}
-	if !v.IsObject() {
-		return c
-	}
-	v.ForEach(func(k, val gjson.Result) bool {
-		switch k.Str {
+	walkObject(v.Raw, func(k, val string) bool {
+		switch k {
 		case "role":
-			c.model = val.Str == "model"
+			c.model = strValue(val) == "model"
 		case "parts":
-			c.parts = val
+			c.parts = gjson.Parse(val)
 		}
 		return true
 	})
@@ -262,8 +259,8 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 						ref = r.name
 					}
 					h := orphanHeader(ref)
-					if resp := parts[i][k].response; resp.Exists() {
-						h += "\n" + resp.Get("@ugly").Raw
+					if resp := parts[i][k].response; resp != "" {
+						h += "\n" + gjson.Get(resp, "@ugly").Raw
 					}
 					t = appendString(t, h)
 					raw = str(append(t, '}'))

@@ -7,25 +7,23 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// oaMsg is the part of an OpenAI chat message repair looks at.
+// oaMsg is the part of an OpenAI chat message repair looks at; the
+// fields other than raw hold raw JSON values ("" when absent).
 type oaMsg struct {
 	raw        string
 	role       string
-	content    gjson.Result
-	toolCalls  gjson.Result
-	toolCallID gjson.Result
+	content    string
+	toolCalls  string
+	toolCallID string
 	other      bool // a non-empty refusal, function_call or audio
 }
 
 func parseOA(v gjson.Result) oaMsg {
 	m := oaMsg{raw: v.Raw}
-	if !v.IsObject() {
-		return m
-	}
-	v.ForEach(func(k, val gjson.Result) bool {
-		switch k.Str {
+	walkObject(v.Raw, func(k, val string) bool {
+		switch k {
 		case "role":
-			m.role = val.Str
+			m.role = strValue(val)
 		case "content":
 			m.content = val
 		case "tool_calls":
@@ -33,7 +31,7 @@ func parseOA(v gjson.Result) oaMsg {
 		case "tool_call_id":
 			m.toolCallID = val
 		case "refusal", "function_call", "audio":
-			if !blank(val) {
+			if !blankRaw(val) {
 				m.other = true
 			}
 		}
@@ -66,11 +64,11 @@ func emptyContainer(raw string) bool {
 }
 
 func (m *oaMsg) hasCalls() bool {
-	return m.role == "assistant" && m.toolCalls.IsArray() && !emptyContainer(m.toolCalls.Raw)
+	return m.role == "assistant" && len(m.toolCalls) > 0 && m.toolCalls[0] == '[' && !emptyContainer(m.toolCalls)
 }
 
 func (m *oaMsg) empty() bool {
-	return m.role == "assistant" && !m.hasCalls() && blank(m.content) && !m.other
+	return m.role == "assistant" && !m.hasCalls() && blankRaw(m.content) && !m.other
 }
 
 // oaValid is the fast scan: it reports whether the history needs no edit,
@@ -83,7 +81,7 @@ func oaValid(arr gjson.Result) bool {
 	arr.ForEach(func(_, v gjson.Result) bool {
 		m := parseOA(v)
 		if m.role == "tool" {
-			ok = inBlock && p.answer(m.toolCallID.Str, "", true)
+			ok = inBlock && p.answer(strValue(m.toolCallID), "", true)
 			return ok
 		}
 		if inBlock {
@@ -95,8 +93,8 @@ func oaValid(arr gjson.Result) bool {
 			p.reset()
 		}
 		if m.hasCalls() {
-			m.toolCalls.ForEach(func(_, c gjson.Result) bool {
-				id := c.Get("id").Str
+			gjson.Parse(m.toolCalls).ForEach(func(_, c gjson.Result) bool {
+				id := strValue(c.Get("id").Raw)
 				if set.add(id) {
 					ok = false
 					return false
@@ -147,15 +145,15 @@ func oaRepair(input []byte, arr gjson.Result, opts *Options) Result {
 		case m.empty():
 			dropped[i] = true
 		case m.hasCalls():
-			m.toolCalls.ForEach(func(k, c gjson.Result) bool {
+			gjson.Parse(m.toolCalls).ForEach(func(k, c gjson.Result) bool {
 				turnCalls[i] = append(turnCalls[i], len(g.calls))
-				g.calls = append(g.calls, call{msg: i, part: int(k.Num), id: c.Get("id").Str,
+				g.calls = append(g.calls, call{msg: i, part: int(k.Num), id: strValue(c.Get("id").Raw),
 					name: c.Get("function.name").Str, hasID: true, res: -1})
 				return true
 			})
 		case m.role == "tool":
 			resAt[i] = len(g.results)
-			g.results = append(g.results, result{msg: i, part: -1, id: m.toolCallID.Str, hasID: true, call: -1})
+			g.results = append(g.results, result{msg: i, part: -1, id: strValue(m.toolCallID), hasID: true, call: -1})
 		}
 	}
 	g.match()
@@ -179,7 +177,7 @@ func oaRepair(input []byte, arr gjson.Result, opts *Options) Result {
 	}
 	emitOrphan := func(ri int) {
 		r := &g.results[ri]
-		emit(str(oaOrphan(msgs[r.msg].content, r.id)))
+		emit(str(oaOrphan(gjson.Parse(msgs[r.msg].content), r.id)))
 		res.Edits = append(res.Edits, Edit{Kind: KindOrphanResult, CallID: clone(r.id)})
 	}
 	for i := 0; i < n; i++ {

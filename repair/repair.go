@@ -342,3 +342,122 @@ func clone(s string) string {
 	}
 	return string([]byte(s))
 }
+
+// walkObject calls fn with each member of the JSON object raw: the key
+// (unescaped) and the raw value. Unlike gjson's ForEach it never
+// unescapes values, so it does not allocate for them. raw must be valid
+// JSON (parseArray checked it).
+func walkObject(raw string, fn func(key, val string) bool) {
+	i := 0
+	for i < len(raw) && raw[i] != '{' {
+		if raw[i] > ' ' {
+			return
+		}
+		i++
+	}
+	i++
+	for i < len(raw) {
+		for i < len(raw) && raw[i] != '"' {
+			if raw[i] == '}' {
+				return
+			}
+			i++
+		}
+		if i >= len(raw) {
+			return
+		}
+		ks := i
+		i = skipString(raw, i)
+		key := raw[ks+1 : i-1]
+		if containsByte(key, '\\') {
+			key = gjson.Parse(raw[ks:i]).Str
+		}
+		for i < len(raw) && (raw[i] <= ' ' || raw[i] == ':') {
+			i++
+		}
+		vs := i
+		i = skipValue(raw, i)
+		if !fn(key, raw[vs:i]) {
+			return
+		}
+	}
+}
+
+// skipString returns the index just past the string that starts at i.
+func skipString(s string, i int) int {
+	for i++; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(s)
+}
+
+// skipValue returns the index just past the value that starts at i.
+func skipValue(s string, i int) int {
+	if i >= len(s) {
+		return i
+	}
+	switch s[i] {
+	case '"':
+		return skipString(s, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(s); i++ {
+			switch s[i] {
+			case '"':
+				i = skipString(s, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(s)
+	}
+	for ; i < len(s); i++ {
+		switch s[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return i
+}
+
+func containsByte(s string, c byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return true
+		}
+	}
+	return false
+}
+
+// strValue is the string a raw JSON value holds ("" for a non-string); it
+// allocates only when the string has escapes.
+func strValue(raw string) string {
+	if len(raw) < 2 || raw[0] != '"' {
+		return ""
+	}
+	if !containsByte(raw, '\\') {
+		return raw[1 : len(raw)-1]
+	}
+	return gjson.Parse(raw).Str
+}
+
+// blankRaw reports whether the raw value is absent, null, "", [] or {}.
+func blankRaw(raw string) bool {
+	switch {
+	case raw == "" || raw == "null" || raw == `""`:
+		return true
+	case raw[0] == '[' || raw[0] == '{':
+		return emptyContainer(raw)
+	}
+	return false
+}

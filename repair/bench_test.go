@@ -1,0 +1,98 @@
+package repair
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// history500 builds a 500-message OpenAI chat history of 100 exchanges
+// (user, assistant with two calls, two results, assistant text). With
+// defects, every exchange loses a result, gains an empty assistant and an
+// orphan result.
+func history500(defects bool) []byte {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < 100; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"role":"user","content":"What's the weather in city %d and its neighbour?"},`, i)
+		fmt.Fprintf(&b, `{"role":"assistant","content":null,"tool_calls":[{"id":"call_%da","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"c%d\"}"}},{"id":"call_%db","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"n%d\"}"}}]},`, i, i, i, i)
+		fmt.Fprintf(&b, `{"role":"tool","tool_call_id":"call_%da","content":"{\"temp_c\":%d,\"conditions\":\"overcast\"}"},`, i, i%30)
+		if defects {
+			fmt.Fprintf(&b, `{"role":"assistant","content":""},{"role":"tool","tool_call_id":"orphan_%d","content":"late"}`, i)
+		} else {
+			fmt.Fprintf(&b, `{"role":"tool","tool_call_id":"call_%db","content":"{\"temp_c\":%d,\"conditions\":\"clear\"}"},`, i, i%25)
+			fmt.Fprintf(&b, `{"role":"assistant","content":"City %d is overcast and its neighbour is clear."}`, i)
+		}
+	}
+	b.WriteByte(']')
+	return []byte(b.String())
+}
+
+// gemini500 is history500 for Gemini contents.
+func gemini500(defects bool) []byte {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < 125; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"role":"user","parts":[{"text":"What's the weather in city %d and its neighbour?"}]},`, i)
+		fmt.Fprintf(&b, `{"role":"model","parts":[{"functionCall":{"id":"fc_%da","name":"get_weather","args":{"city":"c%d"}},"thoughtSignature":"c2lnbmF0dXJl"},{"functionCall":{"id":"fc_%db","name":"get_weather","args":{"city":"n%d"}}}]},`, i, i, i, i)
+		if defects {
+			fmt.Fprintf(&b, `{"role":"model","parts":[]},{"role":"user","parts":[{"functionResponse":{"id":"fc_%da","name":"get_weather","response":{"temp_c":%d}}}]}`, i, i%30)
+		} else {
+			fmt.Fprintf(&b, `{"role":"user","parts":[{"functionResponse":{"id":"fc_%da","name":"get_weather","response":{"temp_c":%d}}},{"functionResponse":{"id":"fc_%db","name":"get_weather","response":{"temp_c":%d}}}]},`, i, i%30, i, i%25)
+			fmt.Fprintf(&b, `{"role":"model","parts":[{"text":"City %d is overcast and its neighbour is clear."}]}`, i)
+		}
+	}
+	b.WriteByte(']')
+	return []byte(b.String())
+}
+
+func benchRepair(b *testing.B, fn repairFunc, in []byte, wantChanged bool) {
+	opts := Options{ReadOnlyTools: []string{"get_weather"}}
+	r, err := fn(in, opts)
+	if err != nil || r.Changed != wantChanged {
+		b.Fatalf("Changed = %v, err %v", r.Changed, err)
+	}
+	b.SetBytes(int64(len(in)))
+	b.ReportAllocs()
+	for b.Loop() {
+		fn(in, opts)
+	}
+}
+
+func BenchmarkOpenAIChat500Clean(b *testing.B)   { benchRepair(b, OpenAIChat, history500(false), false) }
+func BenchmarkOpenAIChat500Defects(b *testing.B) { benchRepair(b, OpenAIChat, history500(true), true) }
+func BenchmarkGemini500Clean(b *testing.B)       { benchRepair(b, Gemini, gemini500(false), false) }
+func BenchmarkGemini500Defects(b *testing.B)     { benchRepair(b, Gemini, gemini500(true), true) }
+
+// TestCleanHistoryAllocs guards the fast path: a 500-message history with
+// no defect is checked without a single allocation.
+func TestCleanHistoryAllocs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fn   repairFunc
+		in   []byte
+	}{{"openai", OpenAIChat, history500(false)}, {"gemini", Gemini, gemini500(false)}} {
+		if n := strings.Count(string(c.in), `"role"`); n != 500 {
+			t.Fatalf("%s: %d messages, want 500", c.name, n)
+		}
+		var r Result
+		allocs := testing.AllocsPerRun(20, func() { r, _ = c.fn(c.in, Options{}) })
+		if r.Changed || allocs != 0 {
+			t.Errorf("%s: Changed = %v, %v allocs per run, want unchanged and 0", c.name, r.Changed, allocs)
+		}
+	}
+}
+
+// TestDefectHistories checks the 500-message defect histories like any other.
+func TestDefectHistories(t *testing.T) {
+	checkProperties(t, OpenAIChat, checkOpenAIValid, history500(true), Options{})
+	checkProperties(t, Gemini, checkGeminiValid, gemini500(true), Options{})
+	checkProperties(t, OpenAIChat, checkOpenAIValid, history500(false), Options{})
+	checkProperties(t, Gemini, checkGeminiValid, gemini500(false), Options{})
+}
