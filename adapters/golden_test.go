@@ -290,3 +290,5 @@ func TestGeminiJSONArray(t *testing.T) {
 		checkTurn(t, g, "buffered array", turn, want, true)
 	}
 }
+
+func jsonValueOK(b []byte) bool { return json.Valid(b) }
