@@ -91,7 +91,10 @@ type Server struct {
 	closed   bool
 	handlers sync.WaitGroup
 
-	done      chan struct{} // closed by Close: ends every delay and gate
+	done chan struct{} // closed by Close: ends every delay and gate
+	// waitHook, when set (tests only), is called as a handler starts to
+	// block on a delay ("delay") or a gate ("gate"); set before serving.
+	waitHook  func(kind string)
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -99,6 +102,10 @@ type Server struct {
 // Start listens on addr (for example "127.0.0.1:0") and serves the mock
 // until Close.
 func Start(addr string, opts Options) (*Server, error) {
+	return start(addr, opts, nil)
+}
+
+func start(addr string, opts Options, waitHook func(string)) (*Server, error) {
 	if err := load(); err != nil {
 		return nil, err
 	}
@@ -107,12 +114,13 @@ func Start(addr string, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("mock: listen %s: %w", addr, err)
 	}
 	s := &Server{
-		opts:    opts,
-		ln:      ln,
-		url:     "http://" + ln.Addr().String(),
-		changed: make(chan struct{}),
-		gates:   map[string]*gate{},
-		done:    make(chan struct{}),
+		opts:     opts,
+		ln:       ln,
+		url:      "http://" + ln.Addr().String(),
+		changed:  make(chan struct{}),
+		gates:    map[string]*gate{},
+		done:     make(chan struct{}),
+		waitHook: waitHook,
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
@@ -219,6 +227,9 @@ func (s *Server) waitGate(ctx context.Context, name string) bool {
 	s.mu.Lock()
 	ch := s.gateLocked(name).ch
 	s.mu.Unlock()
+	if s.waitHook != nil {
+		s.waitHook("gate")
+	}
 	select {
 	case <-ch:
 		return true
@@ -232,6 +243,9 @@ func (s *Server) waitGate(ctx context.Context, name string) bool {
 func (s *Server) sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return true
+	}
+	if s.waitHook != nil {
+		s.waitHook("delay")
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
