@@ -153,8 +153,8 @@ func syntheticJSON(p provider, n int) []byte {
 		return fmt.Appendf(nil, `{"id":"chatcmpl-mocksynthetic","object":"chat.completion","created":1770000000,"model":"mock-synthetic","choices":[{"index":0,"message":{"role":"assistant","content":"%s","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`+"\n",
 			text, synPrompt, n, n+synPrompt)
 	case provGeminiOpenAI:
-		return fmt.Appendf(nil, `{"choices":[{"finish_reason":"stop","index":0,"message":{"content":"%s","role":"assistant"}}]%s,"usage":{"completion_tokens":%d,"prompt_tokens":%d,"total_tokens":%d}}`+"\n",
-			text, goaEnd, n, synPrompt, n+synPrompt)
+		return fmt.Appendf(nil, `{"choices":[{"finish_reason":"stop","index":0,"message":{"content":"%s","role":"assistant"}}],"created":1770000000,"id":"mocksynthetic","model":"gemini-mock-synthetic","object":"chat.completion","usage":{"completion_tokens":%d,"prompt_tokens":%d,"total_tokens":%d}}`+"\n",
+			text, n, synPrompt, n+synPrompt)
 	case provGemini:
 		return []byte(indentJSON(fmt.Sprintf(`{"candidates": [{"content": {"parts": [{"text": "%s"}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": %d,"candidatesTokenCount": %d,"totalTokenCount": %d},`+gemEnd,
 			text, synPrompt, n, n+synPrompt)) + "\n")
