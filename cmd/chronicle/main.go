@@ -1,0 +1,118 @@
+// Command chronicle is the chronicle proxy: `chronicle serve` runs it,
+// `chronicle version` prints its version. Run `chronicle help` for the rest.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/chronicle-proxy/chronicle/proxy"
+	"github.com/chronicle-proxy/chronicle/proxy/config"
+)
+
+const usage = `chronicle — a reverse proxy that adds persistence in front of LLM APIs
+
+usage:
+  chronicle serve [--config FILE]   run the proxy (FILE also from CHRONICLE_CONFIG)
+  chronicle version                 print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without the exit, so tests can call it.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "version", "--version", "-v":
+		fmt.Fprintf(stdout, "chronicle %s\n", proxy.Version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "chronicle: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", os.Getenv("CHRONICLE_CONFIG"), "config file (default $CHRONICLE_CONFIG)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "chronicle serve: no config file: pass --config FILE or set CHRONICLE_CONFIG (see config.example.yaml)")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "chronicle: %v\n", err)
+		return 1
+	}
+	log := newLogger(cfg.Log, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := runServer(ctx, cfg, log); err != nil {
+		log.Error("chronicle stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// runServer runs the proxy until ctx ends, then drains: it stops accepting
+// and lets streams in flight finish for up to limits.shutdown_timeout.
+func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	log.Info("chronicle listening", "addr", ln.Addr().String(), "version", proxy.Version, "store", cfg.Store.Driver, "connections", len(cfg.Connections))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("draining", "timeout", cfg.Limits.ShutdownTimeout.D().String())
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.Limits.ShutdownTimeout.D())
+	defer cancel()
+	if err := srv.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	} else if err != nil {
+		log.Warn("drain deadline passed with requests still open; exiting")
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,94 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+
+	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/valyala/fasthttp"
+)
+
+// credential is where a client's provider key came from.
+type credential uint8
+
+const (
+	credNone credential = iota
+	credBearer
+	credXAPIKey
+	credGoogHeader
+	credQueryKey
+)
+
+// clientKey finds the caller's key in the places SDKs put it: Authorization
+// Bearer (OpenAI, DeepSeek, Gemini's OpenAI endpoint), x-api-key, x-goog-api-key
+// (@google/genai) and ?key= (Gemini REST). The returned slice aliases the
+// request and is valid only while the handler runs.
+func clientKey(req *fasthttp.Request) ([]byte, credential) {
+	if v := req.Header.Peek("Authorization"); len(v) > 7 && bytes.EqualFold(v[:7], []byte("Bearer ")) {
+		if k := bytes.TrimSpace(v[7:]); len(k) > 0 {
+			return k, credBearer
+		}
+	}
+	if v := req.Header.Peek("X-Goog-Api-Key"); len(v) > 0 {
+		return v, credGoogHeader
+	}
+	if v := req.Header.Peek("X-Api-Key"); len(v) > 0 {
+		return v, credXAPIKey
+	}
+	if v := req.URI().QueryArgs().Peek("key"); len(v) > 0 {
+		return v, credQueryKey
+	}
+	return nil, credNone
+}
+
+// clientTable maps configured client keys to tenants. Lookups compare in
+// constant time so response timing tells nothing about a key's prefix.
+type clientTable struct {
+	keys    [][]byte
+	tenants []string
+}
+
+func newClientTable(clients []config.Client) *clientTable {
+	t := &clientTable{}
+	for _, c := range clients {
+		t.keys = append(t.keys, []byte(c.Key.Reveal()))
+		t.tenants = append(t.tenants, c.Tenant)
+	}
+	return t
+}
+
+// enabled reports whether client keys are configured (else: pass-through).
+func (t *clientTable) enabled() bool { return len(t.keys) > 0 }
+
+// tenant returns the tenant of key, or "" when the key is unknown.
+func (t *clientTable) tenant(key []byte) string {
+	found := -1
+	for i, k := range t.keys {
+		if subtle.ConstantTimeCompare(k, key) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return ""
+	}
+	return t.tenants[found]
+}
+
+// passThroughTenant names the tenant of a pass-through caller: a hash of its
+// own provider key, so callers with different keys never share threads and
+// the key itself is never stored.
+func passThroughTenant(key []byte) string {
+	sum := sha256.Sum256(key)
+	return "k-" + hex.EncodeToString(sum[:12])
+}
+
+// stripClientCredential removes every place a client key can travel, before
+// a pool key is set in its stead.
+func stripClientCredential(req *fasthttp.Request) {
+	req.Header.Del("Authorization")
+	req.Header.Del("X-Api-Key")
+	req.Header.Del("X-Goog-Api-Key")
+	req.URI().QueryArgs().Del("key")
+}

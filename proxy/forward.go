@@ -1,0 +1,397 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/sse"
+	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/valyala/fasthttp"
+)
+
+// hopHeaders are meaningful only for one hop and never forwarded (RFC 9110
+// §7.6.1), plus the framing headers fasthttp sets itself.
+var hopHeaders = [][]byte{
+	[]byte("Connection"), []byte("Proxy-Connection"), []byte("Keep-Alive"),
+	[]byte("Proxy-Authenticate"), []byte("Proxy-Authorization"), []byte("Te"),
+	[]byte("Trailer"), []byte("Transfer-Encoding"), []byte("Upgrade"),
+	[]byte("Content-Length"), []byte("Host"),
+}
+
+// chronicleHeaders are chronicle's own request headers; the upstream never
+// sees them.
+var chronicleHeaders = [][]byte{
+	[]byte("X-Thread-Id"), []byte("X-Thread-Mode"), []byte("X-Run-Id"), []byte("X-On-Disconnect"),
+}
+
+func isHeaderIn(name []byte, set [][]byte) bool {
+	for _, h := range set {
+		if bytes.EqualFold(name, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// connectionListed reports whether name is listed in a Connection header
+// value (those headers are hop-by-hop too).
+func connectionListed(connHeader, name []byte) bool {
+	for len(connHeader) > 0 {
+		i := bytes.IndexByte(connHeader, ',')
+		var tok []byte
+		if i < 0 {
+			tok, connHeader = connHeader, nil
+		} else {
+			tok, connHeader = connHeader[:i], connHeader[i+1:]
+		}
+		if bytes.EqualFold(bytes.TrimSpace(tok), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// exchange is one request's trip to the upstream and back.
+type exchange struct {
+	s      *Server
+	up     *upstream
+	ad     adapters.Adapter
+	tenant string
+	req    *fasthttp.Request
+	resp   *fasthttp.Response
+	// clientConn is the client's connection, for per-flush write deadlines.
+	clientConn net.Conn
+	// op is what the adapter made of the request.
+	op adapters.Op
+	// asm assembles a generate stream's turn; it also tells whether the
+	// provider's terminal marker arrived. nil for pass-through streams.
+	asm adapters.Assembler
+}
+
+// forward sends the request to the connection's upstream and relays the
+// answer: buffered for a sized body, event by event for SSE, chunk by chunk
+// for any other body of unknown length.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
+	shape := up.adapter(rest)
+	key, cred := clientKey(&ctx.Request)
+	if cred == credNone {
+		writeError(ctx, shape, apiError{status: fasthttp.StatusUnauthorized, code: codeMissingAPIKey,
+			message: "No API key was provided: send it as Authorization: Bearer, x-api-key, x-goog-api-key or ?key=."})
+		return
+	}
+	var tenant string
+	var poolKey config.Secret
+	if s.clients.enabled() {
+		tenant = s.clients.tenant(key)
+		if tenant == "" {
+			writeError(ctx, shape, apiError{status: fasthttp.StatusUnauthorized, code: codeInvalidAPIKey,
+				message: "The API key is not one of this proxy's client keys."})
+			return
+		}
+		poolKey = up.pickKey()
+	} else {
+		tenant = passThroughTenant(key)
+	}
+
+	ex := &exchange{s: s, up: up, ad: shape, tenant: tenant,
+		req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse(), clientConn: ctx.Conn()}
+	ex.op = shape.Classify(string(ctx.Method()), string(rest), string(ctx.URI().QueryString()), ctx.PostBody())
+	ex.buildRequest(ctx, rest, poolKey, cred)
+
+	deadline := time.Now().Add(up.cfg.Timeouts.FirstByte.D())
+	if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
+		ex.release()
+		s.writeUpstreamError(ctx, shape, err)
+		return
+	}
+	// The request body has been sent; the response head is here.
+	fasthttp.ReleaseRequest(ex.req)
+	ex.req = nil
+	ex.copyResponseHead(ctx)
+
+	switch {
+	case bytes.HasPrefix(ex.resp.Header.ContentType(), []byte("text/event-stream")):
+		ctx.Response.Header.Del("Content-Length")
+		if ex.op.Kind == adapters.OpGenerate && ex.resp.StatusCode() < 300 {
+			ex.asm = ex.ad.NewAssembler()
+		}
+		ctx.SetBodyStreamWriter(ex.relaySSE)
+	case ex.resp.Header.ContentLength() < 0:
+		ctx.SetBodyStreamWriter(ex.relayChunks)
+	default:
+		ctx.SetBody(ex.resp.Body())
+		ex.release()
+	}
+}
+
+// pickKey returns the next upstream key of the connection's pool.
+func (u *upstream) pickKey() config.Secret {
+	keys := u.cfg.Keys
+	return keys[int(u.next.Add(1)-1)%len(keys)]
+}
+
+// buildRequest copies the client's request into the upstream request: method,
+// the path after the connection segment appended to base_url, query, body,
+// and every header but hop-by-hop ones and chronicle's own. With a pool key,
+// the client's credential is removed and the pool key set the provider's way.
+func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey config.Secret, cred credential) {
+	req := ex.req
+	src := &ctx.Request
+	if poolKey != "" && cred == credQueryKey {
+		src.URI().QueryArgs().Del("key")
+	}
+	buf := bufPool.Get().(*[]byte)
+	uri := append((*buf)[:0], ex.up.prefix...)
+	uri = append(uri, rest...)
+	if q := src.URI().QueryArgs().QueryString(); len(q) > 0 {
+		uri = append(uri, '?')
+		uri = append(uri, q...)
+	}
+	req.Header.DisableNormalizing()
+	req.URI().DisablePathNormalizing = true
+	req.SetRequestURIBytes(uri)
+	*buf = uri
+	bufPool.Put(buf)
+	req.Header.SetMethodBytes(src.Header.Method())
+
+	connHeader := src.Header.Peek("Connection")
+	for k, v := range src.Header.All() {
+		if isHeaderIn(k, hopHeaders) || isHeaderIn(k, chronicleHeaders) || connectionListed(connHeader, k) {
+			continue
+		}
+		if bytes.EqualFold(k, []byte("Accept-Encoding")) {
+			continue
+		}
+		if poolKey != "" && (bytes.EqualFold(k, []byte("Authorization")) || bytes.EqualFold(k, []byte("X-Api-Key")) || bytes.EqualFold(k, []byte("X-Goog-Api-Key"))) {
+			continue
+		}
+		req.Header.AddBytesKV(k, v)
+	}
+	// chronicle reads what passes through it, so it asks for plain bytes.
+	req.Header.Set("Accept-Encoding", "identity")
+	if poolKey != "" {
+		if ex.up.cfg.Provider == config.ProviderGemini && !bytes.Contains(rest, []byte("/openai/")) {
+			req.Header.Set("X-Goog-Api-Key", poolKey.Reveal())
+		} else {
+			req.Header.Set("Authorization", "Bearer "+poolKey.Reveal())
+		}
+	}
+	req.SetBodyRaw(src.Body())
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// copyResponseHead copies the upstream status and end-to-end headers.
+func (ex *exchange) copyResponseHead(ctx *fasthttp.RequestCtx) {
+	ctx.SetStatusCode(ex.resp.StatusCode())
+	connHeader := ex.resp.Header.Peek("Connection")
+	for k, v := range ex.resp.Header.All() {
+		if isHeaderIn(k, hopHeaders) || connectionListed(connHeader, k) {
+			continue
+		}
+		ctx.Response.Header.AddBytesKV(k, v)
+	}
+}
+
+func (ex *exchange) release() {
+	if ex.req != nil {
+		fasthttp.ReleaseRequest(ex.req)
+		ex.req = nil
+	}
+	if ex.resp != nil {
+		_ = ex.resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(ex.resp)
+		ex.resp = nil
+	}
+}
+
+// writeUpstreamError maps a failed upstream round trip to a status: a
+// timeout before the response head is 504, anything else 502.
+func (s *Server) writeUpstreamError(ctx *fasthttp.RequestCtx, shape adapters.Adapter, err error) {
+	var netErr net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		writeError(ctx, shape, apiError{status: fasthttp.StatusGatewayTimeout, code: codeUpstreamTimeout,
+			message: "The upstream did not answer within the connection's timeouts.first_byte."})
+		return
+	}
+	s.log.Warn("upstream request failed", "err", err)
+	writeError(ctx, shape, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamError,
+		message: "The upstream could not be reached or closed the connection."})
+}
+
+// relayChunks copies a body of unknown length (such as Gemini's streamed
+// JSON array) to the client as it arrives, flushing after every read.
+func (ex *exchange) relayChunks(w *bufio.Writer) {
+	defer ex.release()
+	body := ex.resp.BodyStream()
+	buf := bufPool.Get().(*[]byte)
+	defer bufPool.Put(buf)
+	if cap(*buf) < 16<<10 {
+		*buf = make([]byte, 16<<10)
+	}
+	b := (*buf)[:cap(*buf)]
+	for {
+		n, err := body.Read(b)
+		if n > 0 {
+			if _, werr := w.Write(b[:n]); werr != nil {
+				return
+			}
+			if werr := w.Flush(); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// heartbeat is the SSE comment sent during upstream silence. SSE parsers
+// ignore comments; a write that fails tells the proxy the client left.
+var heartbeat = []byte(": keep-alive\n\n")
+
+// upstreamEvent is one step of the reader goroutine: an event, or the error
+// that ended the stream.
+type upstreamEvent struct {
+	ev  *sse.Event
+	err error
+}
+
+// relaySSE forwards an event stream to the client event by event. A reader
+// goroutine pulls events from the upstream and hands each over unbuffered;
+// it reads the next one only after this loop has written (and flushed) the
+// last, so event buffers are reused and nothing piles up. Meanwhile the loop
+// sends heartbeats during silence and enforces the idle and total clocks.
+func (ex *exchange) relaySSE(w *bufio.Writer) {
+	defer ex.release()
+	cfg := ex.up.cfg
+	limits := ex.s.cfg.Limits
+	conn := w // for clarity: the client side
+	reader := sse.NewReader(ex.resp.BodyStream(), limits.MaxSSELineBytes)
+
+	events := make(chan upstreamEvent)
+	next := make(chan struct{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			ev, err := reader.Next()
+			select {
+			case events <- upstreamEvent{ev, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+			select {
+			case <-next:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	abort := func() {
+		close(stop)
+		_ = ex.resp.CloseBodyStream() // interrupts a read in flight
+		wg.Wait()
+	}
+
+	start := time.Now()
+	lastEvent := start
+	hbEvery := limits.Heartbeat.D()
+	idle := cfg.Timeouts.Idle.D()
+	hb := time.NewTimer(hbEvery)
+	defer hb.Stop()
+	idleTimer := time.NewTimer(idle)
+	defer idleTimer.Stop()
+	total := time.NewTimer(cfg.Timeouts.Total.D() - time.Since(start))
+	defer total.Stop()
+	writeTimeout := limits.WriteTimeout.D()
+
+	flush := func() error {
+		// Each flush gets its own deadline: a client that stops reading
+		// is cut off, a stream that keeps flowing never is.
+		if c := ex.clientConn; c != nil {
+			_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
+		}
+		return conn.Flush()
+	}
+	fail := func(e apiError) {
+		abort()
+		_, _ = conn.Write(ex.ad.StreamErrorEvent(e.status, e.code, e.message))
+		_ = flush()
+	}
+
+	for {
+		select {
+		case m := <-events:
+			if m.err != nil && m.ev == nil {
+				if !errors.Is(m.err, io.EOF) {
+					ex.s.log.Warn("upstream stream failed", "connection", cfg.Name, "err", m.err)
+					fail(apiError{status: fasthttp.StatusBadGateway, code: codeStreamTruncated,
+						message: "The upstream stream broke off before its end."})
+					return
+				}
+				close(stop)
+				wg.Wait()
+				if ex.asm != nil && !ex.asm.Result().Terminal {
+					// The upstream closed cleanly but without its end
+					// marker: the answer is cut short, and the client
+					// must not take it for a whole one.
+					ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", cfg.Name)
+					_, _ = conn.Write(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+						"The upstream stream ended before its end marker; the answer is incomplete."))
+					_ = flush()
+				}
+				return
+			}
+			lastEvent = time.Now()
+			if ex.asm != nil && m.ev.Kind == sse.KindEvent && m.ev.HasData {
+				if err := ex.asm.Feed(m.ev.Data); err != nil {
+					ex.s.log.Debug("unreadable stream event", "connection", cfg.Name, "err", err)
+				}
+			}
+			if _, err := conn.Write(m.ev.Raw); err != nil || flush() != nil {
+				abort() // the client left: stop the upstream request
+				return
+			}
+			if m.err != nil {
+				close(stop)
+				wg.Wait()
+				return
+			}
+			next <- struct{}{}
+		case <-hb.C:
+			if wait := hbEvery - time.Since(lastEvent); wait > 0 {
+				hb.Reset(wait)
+				continue
+			}
+			if _, err := conn.Write(heartbeat); err != nil || flush() != nil {
+				abort()
+				return
+			}
+			hb.Reset(hbEvery)
+		case <-idleTimer.C:
+			if wait := idle - time.Since(lastEvent); wait > 0 {
+				idleTimer.Reset(wait)
+				continue
+			}
+			fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamIdleTimeout,
+				message: "The upstream sent nothing for longer than the connection's timeouts.idle."})
+			return
+		case <-total.C:
+			fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamTotalTimeout,
+				message: "The upstream stream ran longer than the connection's timeouts.total."})
+			return
+		}
+	}
+}

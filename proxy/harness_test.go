@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
+	"github.com/chronicle-proxy/chronicle/proxy/config"
+)
+
+// startMock starts the strict mock upstream for one test.
+func startMock(t testing.TB) *mock.Server {
+	t.Helper()
+	m, err := mock.Start("127.0.0.1:0", mock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// testProxy is a chronicle Server listening on a real loopback socket.
+type testProxy struct {
+	*Server
+	URL string
+	log *bytes.Buffer
+}
+
+// startProxy parses yamlCfg (with ${MOCK} replaced by the mock's URL) and
+// serves it on a free port until the test ends.
+func startProxy(t testing.TB, m *mock.Server, yamlCfg string) *testProxy {
+	t.Helper()
+	env := func(k string) (string, bool) {
+		if k == "MOCK" && m != nil {
+			return m.URL(), true
+		}
+		return "", false
+	}
+	cfg, err := config.Parse([]byte(yamlCfg), env)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	logBuf := &syncBuffer{}
+	srv, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	})
+	return &testProxy{Server: srv, URL: "http://" + ln.Addr().String(), log: &logBuf.Buffer}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	bytes.Buffer
+	mu chanMutex
+}
+
+type chanMutex chan struct{}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	if b.mu == nil {
+		b.mu = make(chanMutex, 1)
+	}
+	b.mu <- struct{}{}
+	defer func() { <-b.mu }()
+	return b.Buffer.Write(p)
+}
+
+// do sends one request and returns the response with its whole body.
+func do(t testing.TB, method, url string, body string, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	resp := send(t, method, url, body, headers...)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return resp, b
+}
+
+// send sends one request and returns the response with its body unread.
+func send(t testing.TB, method, url string, body string, headers ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	return resp
+}
+
+// readEvent reads one SSE block (up to and including its blank line).
+func readEvent(t testing.TB, r *bufio.Reader) string {
+	t.Helper()
+	var sb strings.Builder
+	for {
+		line, err := r.ReadString('\n')
+		sb.WriteString(line)
+		if err != nil {
+			t.Fatalf("read event: %v (so far %q)", err, sb.String())
+		}
+		if line == "\n" || line == "\r\n" {
+			return sb.String()
+		}
+	}
+}

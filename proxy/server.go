@@ -1,0 +1,283 @@
+// Package proxy owns chronicle's HTTP side: the fasthttp server, routing of
+// /{connection}/... to upstreams, authentication and tenancy, the request
+// pipeline (forwarding, streaming, persistence), the proxy's own API, the
+// admin API, health and metrics.
+//
+// It never parses provider JSON itself; it asks an adapter. A Server is safe
+// for concurrent use; build one with New and run it with Serve.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/valyala/fasthttp"
+)
+
+// Version is the build's version, set by the linker (-X).
+var Version = "dev"
+
+// Options are what a Server needs beside its config.
+type Options struct {
+	// Logger receives the server's log; nil means slog.Default().
+	Logger *slog.Logger
+	// Ready reports whether the server can take traffic (the store is
+	// reachable); nil means always ready.
+	Ready func(context.Context) error
+}
+
+// Server is a running chronicle proxy.
+type Server struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	ready   func(context.Context) error
+	clients *clientTable
+	conns   map[string]*upstream
+	srv     *fasthttp.Server
+
+	draining atomic.Bool
+}
+
+// upstream is one configured connection with its HTTP client and adapters.
+type upstream struct {
+	cfg    *config.Connection
+	client *fasthttp.HostClient
+	prefix string // scheme://host[:port]/base, what the client's path is appended to
+	next   atomic.Uint64
+
+	native adapters.Adapter // the provider's own wire format
+	compat adapters.Adapter // Gemini's OpenAI-compatible endpoint, on gemini connections
+}
+
+// Adapters shared by every connection of a kind; they are immutable.
+var (
+	openAIAdapter = adapters.NewOpenAIChat(adapters.OpenAI)
+	geminiAdapter = adapters.NewGemini()
+)
+
+func newUpstream(c *config.Connection, cfg *config.Config) *upstream {
+	u := c.URL()
+	up := &upstream{
+		cfg:    c,
+		client: newHostClient(u, cfg),
+		prefix: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
+	}
+	switch c.Provider {
+	case config.ProviderOpenAI:
+		up.native = openAIAdapter
+	case config.ProviderDeepSeek:
+		up.native = adapters.NewOpenAIChat(adapters.DeepSeek)
+	case config.ProviderGemini:
+		up.native = geminiAdapter
+		up.compat = adapters.NewOpenAIChat(adapters.GeminiOpenAI)
+	default:
+		up.native = adapters.NewOpenAIChat(adapters.OpenAICompatible)
+	}
+	return up
+}
+
+// adapter is the wire format of a request to path on this connection.
+func (u *upstream) adapter(path []byte) adapters.Adapter {
+	if u.compat != nil && bytes.Contains(path, []byte("/openai/")) {
+		return u.compat
+	}
+	return u.native
+}
+
+// New builds a Server from a validated config.
+func New(cfg *config.Config, opts Options) (*Server, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     log,
+		ready:   opts.Ready,
+		clients: newClientTable(cfg.Clients),
+		conns:   make(map[string]*upstream, len(cfg.Connections)),
+	}
+	for i := range cfg.Connections {
+		c := &cfg.Connections[i]
+		if c.URL() == nil {
+			return nil, fmt.Errorf("proxy: connection %q has no parsed base_url (config not validated)", c.Name)
+		}
+		s.conns[c.Name] = newUpstream(c, cfg)
+	}
+	l := cfg.Limits
+	s.srv = &fasthttp.Server{
+		Handler:               s.handle,
+		ErrorHandler:          s.handleParseError,
+		Name:                  "chronicle",
+		MaxRequestBodySize:    l.MaxBodyBytes,
+		ReadBufferSize:        l.MaxHeaderBytes,
+		ReadTimeout:           l.ReadTimeout.D(),
+		WriteTimeout:          l.WriteTimeout.D(),
+		IdleTimeout:           l.IdleTimeout.D(),
+		Concurrency:           l.MaxConnections,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		// Upstream header names pass back as the provider spelled them.
+		DisableHeaderNamesNormalizing: false,
+		Logger:                        fasthttpLogger{log},
+	}
+	return s, nil
+}
+
+// newHostClient makes the HTTP client for one upstream. It streams response
+// bodies (nothing buffers a stream) and sets no read timeout: streams have
+// their own first-byte, idle and total clocks.
+func newHostClient(u *url.URL, cfg *config.Config) *fasthttp.HostClient {
+	host := u.Host
+	isTLS := u.Scheme == "https"
+	if u.Port() == "" {
+		if isTLS {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	return &fasthttp.HostClient{
+		Addr:                     host,
+		IsTLS:                    isTLS,
+		StreamResponseBody:       true,
+		NoDefaultUserAgentHeader: true,
+		MaxIdleConnDuration:      60 * time.Second,
+		ReadBufferSize:           cfg.Limits.MaxHeaderBytes,
+		WriteTimeout:             cfg.Limits.WriteTimeout.D(),
+		MaxResponseBodySize:      0,
+		// Keep header case and path bytes exactly as the client sent them.
+		DisablePathNormalizing:        true,
+		DisableHeaderNamesNormalizing: true,
+		// An upstream request is retried only by chronicle's own policy,
+		// never silently (a POST may have spent tokens).
+		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+	}
+}
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(ln)
+}
+
+// Shutdown stops accepting, lets requests and streams in flight finish until
+// ctx ends, and returns ctx's error if some were still running then.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	return s.srv.ShutdownWithContext(ctx)
+}
+
+// handle routes one request by its first path segment.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	first, rest := splitFirstSegment(ctx.URI().PathOriginal())
+	switch string(first) {
+	case "healthz":
+		s.serveHealthz(ctx)
+		return
+	case "readyz":
+		s.serveReadyz(ctx)
+		return
+	}
+	up := s.conns[string(first)]
+	if up == nil {
+		writeError(ctx, adapterForPath(rest), apiError{
+			status: fasthttp.StatusNotFound, code: codeUnknownConnection,
+			message: "No connection is configured under the first path segment of this URL; use /{connection}/... with a name from the config.",
+		})
+		return
+	}
+	s.forward(ctx, up, rest)
+}
+
+// splitFirstSegment splits "/name/rest..." into "name" and "/rest...".
+func splitFirstSegment(path []byte) (first, rest []byte) {
+	if len(path) > 0 && path[0] == '/' {
+		path = path[1:]
+	}
+	for i, c := range path {
+		if c == '/' {
+			return path[:i], path[i:]
+		}
+	}
+	return path, nil
+}
+
+// adapterForPath guesses the caller's wire format from the path alone, for
+// errors that come before a connection is known.
+func adapterForPath(path []byte) adapters.Adapter {
+	if !bytes.Contains(path, []byte("/openai/")) && bytes.Contains(path, []byte("/models/")) &&
+		(bytes.Contains(path, []byte(":generateContent")) || bytes.Contains(path, []byte(":streamGenerateContent")) || bytes.Contains(path, []byte("/v1beta/"))) {
+		return geminiAdapter
+	}
+	return openAIAdapter
+}
+
+func (s *Server) serveHealthz(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"status":"ok","version":"` + Version + `"}`)
+}
+
+func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("application/json")
+	if s.draining.Load() {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString(`{"status":"draining"}`)
+		return
+	}
+	if s.ready != nil {
+		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.ready(c); err != nil {
+			s.log.Warn("readiness check failed", "err", err)
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.SetBodyString(`{"status":"store_unavailable"}`)
+			return
+		}
+	}
+	ctx.SetBodyString(`{"status":"ok"}`)
+}
+
+// handleParseError answers requests fasthttp could not read: too large a
+// body or header block, a read timeout, malformed HTTP.
+func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	var shape adapters.Adapter = openAIAdapter
+	if first, rest := splitFirstSegment(ctx.URI().PathOriginal()); len(first) > 0 {
+		if up := s.conns[string(first)]; up != nil {
+			shape = up.adapter(rest)
+		}
+	}
+	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
+			message: fmt.Sprintf("The request body is larger than this proxy accepts (limits.max_body_bytes = %d).", s.cfg.Limits.MaxBodyBytes)})
+	case errors.As(err, &small):
+		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, code: codeHeaderTooLarge,
+			message: fmt.Sprintf("The request line and headers are larger than this proxy accepts (limits.max_header_bytes = %d).", s.cfg.Limits.MaxHeaderBytes)})
+	case errors.As(err, &netErr) && netErr.Timeout():
+		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestTimeout, code: codeRequestTimeout,
+			message: "The request was not received within limits.read_timeout."})
+	default:
+		writeError(ctx, shape, apiError{status: fasthttp.StatusBadRequest, code: codeBadRequest,
+			message: "The request could not be parsed as HTTP."})
+	}
+}
+
+// fasthttpLogger sends fasthttp's own log lines to slog at debug level.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
