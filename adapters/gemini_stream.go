@@ -54,28 +54,28 @@ func (s *geminiAssembler) Feed(data []byte) error {
 	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
 		return fmt.Errorf("gemini chunk: %w", ErrInvalidJSON)
 	}
-	gjson.Parse(str(data)).ForEach(func(k, v gjson.Result) bool {
-		switch k.Raw {
+	eachMember(str(data), func(k, v string) bool {
+		switch k {
 		case `"candidates"`:
-			v.ForEach(func(_, c gjson.Result) bool {
-				if idx := c.Get("index"); idx.Exists() && idx.Int() != 0 {
+			eachElement(v, func(c string) bool {
+				if idx := member(c, `"index"`); idx != "" && idx != "0" {
 					return true
 				}
 				s.candidate(c)
 				return false
 			})
 		case `"usageMetadata"`:
-			if v.IsObject() {
-				s.usage = geminiUsage(v)
+			if isObject(v) {
+				s.usage = geminiUsage(gjson.Parse(v))
 			}
 		case `"promptFeedback"`:
-			if br := v.Get("blockReason"); br.Type == gjson.String && br.Str != "" {
+			if br := member(v, `"blockReason"`); isString(br) && br != `""` {
 				s.blocked = true
-				s.finishRaw = append(s.finishRaw[:0], br.Str...)
+				s.finishRaw = append(s.finishRaw[:0], unquoteRaw(br)...)
 			}
 		case `"error"`:
-			if v.Type != gjson.Null {
-				s.errRaw = append(s.errRaw[:0], v.Raw...)
+			if !isNull(v) {
+				s.errRaw = append(s.errRaw[:0], v...)
 			}
 		}
 		return true
@@ -83,33 +83,33 @@ func (s *geminiAssembler) Feed(data []byte) error {
 	return nil
 }
 
-func (s *geminiAssembler) candidate(c gjson.Result) {
-	c.ForEach(func(k, v gjson.Result) bool {
-		switch k.Raw {
+func (s *geminiAssembler) candidate(c string) {
+	eachMember(c, func(k, v string) bool {
+		switch k {
 		case `"content"`:
-			v.Get("parts").ForEach(func(_, p gjson.Result) bool {
+			eachElement(member(v, `"parts"`), func(p string) bool {
 				s.part(p)
 				return true
 			})
 		case `"finishReason"`:
-			if v.Type == gjson.String && v.Str != "" {
-				s.finishRaw = append(s.finishRaw[:0], v.Str...)
+			if isString(v) && v != `""` {
+				s.finishRaw = append(s.finishRaw[:0], unquoteRaw(v)...)
 			}
 		}
 		return true
 	})
 }
 
-func (s *geminiAssembler) part(p gjson.Result) {
-	var text, sig gjson.Result
+func (s *geminiAssembler) part(p string) {
+	var text, sig string
 	thought, simple := false, true
-	p.ForEach(func(k, v gjson.Result) bool {
-		switch k.Raw {
+	eachMember(p, func(k, v string) bool {
+		switch k {
 		case `"text"`:
 			text = v
 		case `"thought"`:
-			thought = v.Type == gjson.True
-			if v.Type != gjson.True && v.Type != gjson.False {
+			thought = v == "true"
+			if v != "true" && v != "false" {
 				simple = false
 			}
 		case `"thoughtSignature"`:
@@ -119,34 +119,34 @@ func (s *geminiAssembler) part(p gjson.Result) {
 		}
 		return simple
 	})
-	if simple && text.Type == gjson.String {
-		sigSet := sig.Type == gjson.String && sig.Str != ""
+	if simple && isString(text) {
+		sigSet := isString(sig) && sig != `""`
 		if s.nparts > 0 {
 			last := &s.parts[s.nparts-1]
 			if last.text && last.thought == thought && len(last.sig) == 0 {
-				last.body = append(last.body, unquoteRaw(text.Raw)...)
+				last.body = append(last.body, unquoteRaw(text)...)
 				if sigSet {
-					last.sig = append(last.sig, sig.Raw...)
+					last.sig = append(last.sig, sig...)
 				}
 				return
 			}
 		}
-		if text.Raw == `""` && !sigSet {
+		if text == `""` && !sigSet {
 			return
 		}
 		np := s.newPart()
 		np.text, np.thought = true, thought
-		np.body = append(np.body, unquoteRaw(text.Raw)...)
+		np.body = append(np.body, unquoteRaw(text)...)
 		if sigSet {
-			np.sig = append(np.sig, sig.Raw...)
+			np.sig = append(np.sig, sig...)
 		}
 		return
 	}
-	if p.Get("functionCall").Exists() {
+	if member(p, `"functionCall"`) != "" {
 		s.calls++
 	}
 	np := s.newPart()
-	np.body = append(np.body, p.Raw...)
+	np.body = append(np.body, p...)
 }
 
 func (s *geminiAssembler) newPart() *gPart {

@@ -113,23 +113,23 @@ func (s *openAIAssembler) Feed(data []byte) error {
 	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
 		return fmt.Errorf("openai chunk: %w", ErrInvalidJSON)
 	}
-	gjson.Parse(str(data)).ForEach(func(k, v gjson.Result) bool {
-		switch k.Raw {
+	eachMember(str(data), func(k, v string) bool {
+		switch k {
 		case `"choices"`:
-			v.ForEach(func(_, c gjson.Result) bool {
-				if idx := c.Get("index"); idx.Exists() && idx.Int() != 0 {
+			eachElement(v, func(c string) bool {
+				if idx := member(c, `"index"`); idx != "" && idx != "0" {
 					return true
 				}
 				s.choice(c)
 				return false
 			})
 		case `"usage"`:
-			if v.IsObject() {
-				s.usage = openAIUsage(v)
+			if isObject(v) {
+				s.usage = openAIUsage(gjson.Parse(v))
 			}
 		case `"error"`:
-			if v.Type != gjson.Null {
-				s.errRaw = append(s.errRaw[:0], v.Raw...)
+			if !isNull(v) {
+				s.errRaw = append(s.errRaw[:0], v...)
 			}
 		}
 		return true
@@ -137,47 +137,47 @@ func (s *openAIAssembler) Feed(data []byte) error {
 	return nil
 }
 
-func (s *openAIAssembler) choice(c gjson.Result) {
-	c.ForEach(func(k, v gjson.Result) bool {
-		switch k.Raw {
+func (s *openAIAssembler) choice(c string) {
+	eachMember(c, func(k, v string) bool {
+		switch k {
 		case `"delta"`, `"message"`:
 			s.delta(v)
 		case `"finish_reason"`:
-			if v.Type == gjson.String {
-				s.finishRaw = append(s.finishRaw[:0], v.Str...)
+			if isString(v) {
+				s.finishRaw = append(s.finishRaw[:0], unquoteRaw(v)...)
 			}
 		}
 		return true
 	})
 }
 
-func (s *openAIAssembler) delta(d gjson.Result) {
-	d.ForEach(func(k, v gjson.Result) bool {
-		switch k.Raw {
+func (s *openAIAssembler) delta(d string) {
+	eachMember(d, func(k, v string) bool {
+		switch k {
 		case `"role"`:
 		case `"content"`:
-			if v.Type == gjson.String {
-				s.content = append(s.content, unquoteRaw(v.Raw)...)
+			if isString(v) {
+				s.content = append(s.content, unquoteRaw(v)...)
 				s.contentSeen = true
 			}
 		case `"reasoning_content"`:
-			if v.Type == gjson.String {
-				s.reasoning = append(s.reasoning, unquoteRaw(v.Raw)...)
+			if isString(v) {
+				s.reasoning = append(s.reasoning, unquoteRaw(v)...)
 				s.reasoningSeen = true
 			}
 		case `"refusal"`:
-			if v.Type == gjson.String {
-				s.refusal = append(s.refusal, unquoteRaw(v.Raw)...)
+			if isString(v) {
+				s.refusal = append(s.refusal, unquoteRaw(v)...)
 				s.refusalSeen = true
 			}
 		case `"tool_calls"`:
-			v.ForEach(func(_, tc gjson.Result) bool {
+			eachElement(v, func(tc string) bool {
 				s.toolCall(tc)
 				return true
 			})
 		default:
-			if v.Type != gjson.Null {
-				s.extras.set(k.Raw, v.Raw, false)
+			if !isNull(v) {
+				s.extras.set(k, v, false)
 			}
 		}
 		return true
@@ -185,22 +185,26 @@ func (s *openAIAssembler) delta(d gjson.Result) {
 }
 
 // toolCall merges one tool_calls entry.
-func (s *openAIAssembler) toolCall(tc gjson.Result) {
-	idx := tc.Get("index")
-	id := tc.Get("id")
+func (s *openAIAssembler) toolCall(tc string) {
+	idx := member(tc, `"index"`)
+	id := member(tc, `"id"`)
+	var n int64
+	hasIndex := idx != "" && !isNull(idx)
+	if hasIndex {
+		n = parseInt(idx)
+	}
 	var c *oaCall
 	switch {
-	case idx.Exists():
-		n := idx.Int()
+	case hasIndex:
 		for i := 0; i < s.ncalls; i++ {
 			if s.calls[i].hasIndex && s.calls[i].index == n {
 				c = &s.calls[i]
 				break
 			}
 		}
-	case id.Type == gjson.String && id.Str != "":
+	case isString(id) && id != `""`:
 		for i := 0; i < s.ncalls; i++ {
-			if string(s.calls[i].id) == id.Raw {
+			if string(s.calls[i].id) == id {
 				c = &s.calls[i]
 				break
 			}
@@ -219,41 +223,56 @@ func (s *openAIAssembler) toolCall(tc gjson.Result) {
 		s.ncalls++
 		c.id, c.typ, c.name, c.args = c.id[:0], c.typ[:0], c.name[:0], c.args[:0]
 		c.extra.reset()
-		c.index, c.hasIndex = idx.Int(), idx.Exists()
+		c.index, c.hasIndex = n, hasIndex
 	}
-	tc.ForEach(func(k, v gjson.Result) bool {
-		switch k.Raw {
+	eachMember(tc, func(k, v string) bool {
+		switch k {
 		case `"index"`:
 		case `"id"`:
-			if len(c.id) == 0 && v.Type == gjson.String && v.Str != "" {
-				c.id = append(c.id, v.Raw...)
+			if len(c.id) == 0 && isString(v) && v != `""` {
+				c.id = append(c.id, v...)
 			}
 		case `"type"`:
-			if len(c.typ) == 0 && v.Type == gjson.String && v.Str != "" {
-				c.typ = append(c.typ, v.Raw...)
+			if len(c.typ) == 0 && isString(v) && v != `""` {
+				c.typ = append(c.typ, v...)
 			}
 		case `"function"`:
-			v.ForEach(func(fk, fv gjson.Result) bool {
-				if fv.Type != gjson.String {
+			eachMember(v, func(fk, fv string) bool {
+				if !isString(fv) {
 					return true
 				}
-				switch fk.Raw {
+				switch fk {
 				case `"name"`:
 					if len(c.name) == 0 {
-						c.name = append(c.name, unquoteRaw(fv.Raw)...)
+						c.name = append(c.name, unquoteRaw(fv)...)
 					}
 				case `"arguments"`:
-					c.args = append(c.args, unquoteRaw(fv.Raw)...)
+					c.args = append(c.args, unquoteRaw(fv)...)
 				}
 				return true
 			})
 		default:
-			if v.Type != gjson.Null {
-				c.extra.set(k.Raw, v.Raw, true)
+			if !isNull(v) {
+				c.extra.set(k, v, true)
 			}
 		}
 		return true
 	})
+}
+
+// parseInt reads a non-negative JSON integer; other values give -1.
+func parseInt(v string) int64 {
+	if v == "" {
+		return -1
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return -1
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n
 }
 
 // Result implements Assembler.
