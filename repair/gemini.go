@@ -100,31 +100,25 @@ func (c *gmContent) empty() bool {
 	return e
 }
 
-// gmValid is the fast scan for Gemini contents.
+// gmValid is the fast scan for Gemini contents. Consecutive model contents
+// form one turn (@google/genai's Chat keeps one model content per streamed
+// chunk), answered by the content after the last of them.
 func gmValid(arr gjson.Result) bool {
 	var set idSet
 	var p pending
-	ok, inBlock := true, false
+	ok := true
 	arr.ForEach(func(_, v gjson.Result) bool {
 		c := parseGM(v)
-		if inBlock {
-			if c.model {
-				ok = false
-				return false
-			}
+		if !c.model && p.n > 0 {
 			c.parts.ForEach(func(_, pv gjson.Result) bool {
 				if gp := parseGMPart(pv); gp.kind == gpResponse {
 					ok = p.answer(gp.id, gp.name, gp.hasID)
 				}
 				return ok
 			})
-			if !ok || p.open > 0 {
-				ok = false
-				return false
-			}
-			inBlock = false
+			ok = ok && p.open == 0
 			p.reset()
-			return true
+			return ok
 		}
 		empty := true
 		c.parts.ForEach(func(_, pv gjson.Result) bool {
@@ -138,7 +132,6 @@ func gmValid(arr gjson.Result) bool {
 					ok = false
 				}
 				p.add(gp.id, gp.name, gp.hasID)
-				inBlock = true
 			}
 			return ok
 		})
@@ -181,22 +174,35 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 	})
 	n := len(cs)
 	dropped := make([]bool, n)
-	turnCalls := make([][]int, n)
-	partRes := make([][]int, n) // result index per part, -1 otherwise
+	runStart := make([]int, n)    // first content of the model run holding i
+	lastOfRun := make([]bool, n)  // i is the last model content of its run
+	turnCalls := make([][]int, n) // calls of the run starting at i
+	partRes := make([][]int, n)   // result index per part, -1 otherwise
+	partCall := make([][]int, n)  // call index per part, -1 otherwise
 	hasRes := make([]bool, n)
 	var g graph
+	prev := -1 // previous content not dropped
 	for i := range cs {
 		dropped[i] = cs[i].empty()
 		if dropped[i] {
 			continue
 		}
+		runStart[i] = i
+		if cs[i].model && prev >= 0 && cs[prev].model {
+			runStart[i] = runStart[prev]
+			lastOfRun[prev] = false
+		}
+		lastOfRun[i] = cs[i].model
+		prev = i
 		partRes[i] = make([]int, len(parts[i]))
+		partCall[i] = make([]int, len(parts[i]))
 		for k, p := range parts[i] {
-			partRes[i][k] = -1
+			partRes[i][k], partCall[i][k] = -1, -1
 			switch {
 			case p.kind == gpCall && cs[i].model:
-				turnCalls[i] = append(turnCalls[i], len(g.calls))
-				g.calls = append(g.calls, call{msg: i, part: k, id: p.id, name: p.name, hasID: p.hasID, res: -1})
+				partCall[i][k] = len(g.calls)
+				turnCalls[runStart[i]] = append(turnCalls[runStart[i]], len(g.calls))
+				g.calls = append(g.calls, call{msg: runStart[i], part: k, id: p.id, name: p.name, hasID: p.hasID, res: -1})
 			case p.kind == gpResponse:
 				partRes[i][k] = len(g.results)
 				hasRes[i] = true
@@ -209,7 +215,9 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 	isBlock := make([]bool, n)
 	for i := range cs {
 		blockOf[i] = -1
-		if turnCalls[i] == nil {
+	}
+	for i := range cs {
+		if !lastOfRun[i] || turnCalls[runStart[i]] == nil {
 			continue
 		}
 		j := i + 1
@@ -217,7 +225,7 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 			j++
 		}
 		if j < n && !cs[j].model && hasRes[j] {
-			blockOf[i] = j
+			blockOf[runStart[i]] = j
 			isBlock[j] = true
 		}
 	}
@@ -245,9 +253,8 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 			}
 			b = append(b, s...)
 		}
-		ci := 0
-		for k, p := range parts[i] {
-			raw := p.raw
+		for k := range parts[i] {
+			raw := parts[i][k].raw
 			switch ri := partRes[i][k]; {
 			case ri >= 0:
 				r := &g.results[ri]
@@ -273,9 +280,8 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 					raw = resPart(ri)
 					changed = true
 				}
-			case p.kind == gpCall && cs[i].model:
-				c := &g.calls[turnCalls[i][ci]]
-				ci++
+			case partCall[i][k] >= 0:
+				c := &g.calls[partCall[i][k]]
 				if c.newID != c.id {
 					raw, _ = sjson.Set(raw, "functionCall.id", c.newID)
 					edit(KindRenamedID, c.newID, c.name)
@@ -319,13 +325,14 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 		}
 		ps, changed := rebuild(i, nil)
 		emitContent(i, ps, changed)
-		if turnCalls[i] == nil {
+		t := runStart[i]
+		if !lastOfRun[i] || turnCalls[t] == nil {
 			continue
 		}
 		missing := func(b []byte) []byte {
-			for _, ci := range turnCalls[i] {
+			for _, ci := range turnCalls[t] {
 				c := &g.calls[ci]
-				if c.res >= 0 && g.results[c.res].msg == blockOf[i] {
+				if c.res >= 0 && g.results[c.res].msg == blockOf[t] {
 					continue
 				}
 				if len(b) > 1 {
@@ -352,7 +359,7 @@ func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 			}
 			return b
 		}
-		if b := blockOf[i]; b >= 0 {
+		if b := blockOf[t]; b >= 0 {
 			ps, changed := rebuild(b, missing)
 			emitContent(b, ps, changed)
 			continue

@@ -155,7 +155,9 @@ func checkOpenAIValid(b []byte) error {
 	return nil
 }
 
-// checkGeminiValid is an independent validator of Gemini contents.
+// checkGeminiValid is an independent validator of Gemini contents:
+// consecutive model contents are one turn, whose calls the next content
+// answers exactly (by id, or by name for calls without one).
 func checkGeminiValid(b []byte) error {
 	type fn struct {
 		ID, Name string
@@ -170,10 +172,7 @@ func checkGeminiValid(b []byte) error {
 	seen := map[string]bool{}
 	var open []fn
 	for i, c := range cs {
-		if open != nil {
-			if c.Role == "model" {
-				return fmt.Errorf("content %d: calls %v unanswered", i, open)
-			}
+		if open != nil && c.Role != "model" {
 			for _, p := range c.Parts {
 				if p["functionResponse"] == nil {
 					continue
@@ -327,7 +326,7 @@ func fuzzBody(t *testing.T, data []byte, gen func([]byte) []byte, fn repairFunc,
 		if _, err := fn(data, Options{}); !errors.Is(err, ErrNotArray) {
 			t.Fatalf("invalid JSON: err = %v", err)
 		}
-		in = gen(data)
+		in = gen(data[:min(len(data), 96)])
 	} else if !gjson.ParseBytes(data).IsArray() {
 		return
 	}

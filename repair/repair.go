@@ -138,12 +138,13 @@ func appendString(dst []byte, s string) []byte {
 
 // idSet is an allocation-free duplicate detector for the fast scan: a
 // Bloom filter in front of a list of the ids seen so far. The first 256 ids
-// live in the struct itself, so a local idSet stays on the stack.
+// live in the struct itself, so a local idSet stays on the stack; later ones
+// go to a map.
 type idSet struct {
 	bits [64]uint64
 	buf  [256]string
 	n    int
-	more []string
+	more map[string]struct{}
 }
 
 // add records id and reports whether it was already present.
@@ -155,7 +156,10 @@ func (s *idSet) add(id string) bool {
 	}
 	b1, b2 := h%4096, (h>>32)%4096
 	hit := s.bits[b1/64]&(1<<(b1%64)) != 0 && s.bits[b2/64]&(1<<(b2%64)) != 0
-	if hit && (slices.Contains(s.buf[:s.n], id) || slices.Contains(s.more, id)) {
+	if hit && slices.Contains(s.buf[:s.n], id) {
+		return true
+	}
+	if _, ok := s.more[id]; ok {
 		return true
 	}
 	s.bits[b1/64] |= 1 << (b1 % 64)
@@ -164,7 +168,10 @@ func (s *idSet) add(id string) bool {
 		s.buf[s.n] = id
 		s.n++
 	} else {
-		s.more = append(s.more, id)
+		if s.more == nil {
+			s.more = make(map[string]struct{})
+		}
+		s.more[id] = struct{}{}
 	}
 	return false
 }
@@ -260,14 +267,28 @@ func (g *graph) key(hasID bool, id, name string) string {
 	return "n" + name
 }
 
+// keyState tracks, for one match key, the calls not yet answered while
+// results are matched in history order.
+type keyState struct {
+	cands  []int   // call indices, in history order
+	pushed int     // cands before the current result, already on turns
+	turns  [][]int // stack of preceding turns' unanswered calls, latest on top
+	next   int     // first cand that may still answer as a following call
+}
+
 // match assigns each result to a call (see doc.go) and renames repeated
-// call ids.
+// call ids. It runs in O((calls+results) log) time whatever the ids.
 func (g *graph) match() {
-	byKey := make(map[string][]int)
+	byKey := make(map[string]*keyState)
 	used := make(map[string]bool)
 	for i, c := range g.calls {
 		k := g.key(c.hasID, c.id, c.name)
-		byKey[k] = append(byKey[k], i)
+		ks := byKey[k]
+		if ks == nil {
+			ks = &keyState{}
+			byKey[k] = ks
+		}
+		ks.cands = append(ks.cands, i)
 		if c.hasID {
 			used[c.id] = true
 		}
@@ -279,25 +300,39 @@ func (g *graph) match() {
 	}
 	for ri := range g.results {
 		r := &g.results[ri]
-		cands := byKey[g.key(r.hasID, r.id, r.name)]
-		best := -1
-		// Latest preceding turn with an unanswered match; first call in it.
-		for _, ci := range cands {
-			c := &g.calls[ci]
-			if c.res >= 0 || c.msg >= r.msg {
+		ks := byKey[g.key(r.hasID, r.id, r.name)]
+		if ks == nil {
+			continue
+		}
+		for ks.pushed < len(ks.cands) && g.calls[ks.cands[ks.pushed]].msg < r.msg {
+			ci := ks.cands[ks.pushed]
+			ks.pushed++
+			if g.calls[ci].res >= 0 {
 				continue
 			}
-			if best < 0 || c.msg > g.calls[best].msg {
-				best = ci
+			if t := len(ks.turns) - 1; t >= 0 && g.calls[ks.turns[t][0]].msg == g.calls[ci].msg {
+				ks.turns[t] = append(ks.turns[t], ci)
+			} else {
+				ks.turns = append(ks.turns, []int{ci})
 			}
 		}
-		if best < 0 {
-			for _, ci := range cands {
-				c := &g.calls[ci]
-				if c.res < 0 && c.msg > r.msg {
-					best = ci
-					break
-				}
+		best := -1
+		if t := len(ks.turns) - 1; t >= 0 {
+			// The latest preceding turn with an unanswered match; its first.
+			best = ks.turns[t][0]
+			if ks.turns[t] = ks.turns[t][1:]; len(ks.turns[t]) == 0 {
+				ks.turns = ks.turns[:t]
+			}
+		} else {
+			// Else the earliest following unanswered match.
+			j := max(ks.next, ks.pushed)
+			for j < len(ks.cands) && (g.calls[ks.cands[j]].res >= 0 || g.calls[ks.cands[j]].msg <= r.msg) {
+				j++
+			}
+			ks.next = j
+			if j < len(ks.cands) {
+				best = ks.cands[j]
+				ks.next++
 			}
 		}
 		if best >= 0 {
@@ -305,24 +340,27 @@ func (g *graph) match() {
 			g.calls[best].res = ri
 		}
 	}
-	seen := make(map[string]bool)
+	seen := make(map[string]int) // next suffix to try per repeated id
 	for i := range g.calls {
 		c := &g.calls[i]
 		c.newID = c.id
 		if !c.hasID {
 			continue
 		}
-		if seen[c.id] {
-			for k := 2; ; k++ {
-				n := c.id + "_" + strconv.Itoa(k)
-				if !used[n] {
-					c.newID = n
-					used[n] = true
-					break
-				}
+		k, ok := seen[c.id]
+		if !ok {
+			seen[c.id] = 2
+			continue
+		}
+		for ; ; k++ {
+			n := c.id + "_" + strconv.Itoa(k)
+			if !used[n] {
+				c.newID = n
+				used[n] = true
+				break
 			}
 		}
-		seen[c.id] = true
+		seen[c.id] = k + 1
 	}
 }
 
