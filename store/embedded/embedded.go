@@ -1,0 +1,578 @@
+// Package embedded is chronicle's single-node store: one bbolt file in a
+// directory, no server, no cgo. Every write is one ACID bbolt transaction
+// (copy-on-write pages, fsync on commit), so a kill -9 at any moment leaves
+// either the whole step or none of it; concurrent writers share commits
+// (group commit, one fsync for all writes that queued during the last one).
+// Followers of an event log are woken in-process when it grows or the run
+// ends.
+//
+// Layout (bucket → key → value), all keys bytes:
+//
+//	t/<tenant>\x00<thread>/           one bucket per thread
+//	    meta                           JSON threadMeta (lease, counters, summary)
+//	    msgs/<u32 index>               16-byte hash + raw message
+//	    runs/<run>                     JSON runRec
+//	    resp/<run>                     stored non-stream response body
+//	    intr/<call id>                 JSON interrupt
+//	    ev/<run>/<u64 seq>             event bytes
+//	idx/<tenant>\x00<^updated ms><thread>   per-tenant audit order
+//	gidx/<^updated ms><tenant>\x00<thread>  cross-tenant audit order
+//	upd/<tenant>\x00<thread>                updated ms of the index entries
+//	runids/<tenant>\x00<run>                thread id
+//	active/<tenant>\x00<thread>\x00<run>    running runs, for Sweep
+//	evexp/<u64 expiry ms><tenant>\x00<thread>\x00<run>   event logs to drop
+//	sess/<connection>\x00<model>            session id
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/chronicle-proxy/chronicle/store"
+)
+
+// Options configure Open.
+type Options struct {
+	// EventRetention is how long a finished run's event log is kept
+	// (default 24h).
+	EventRetention time.Duration
+	// MaxEvents trims a run's event log to its newest MaxEvents events
+	// (0: no trimming).
+	MaxEvents int64
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// NoSync skips fsync (tests and benchmarks of CPU cost only).
+	NoSync bool
+}
+
+// Store is the embedded backend. It is safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	opts Options
+
+	ops     chan op
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+
+	mu      sync.Mutex
+	waiters map[string]chan struct{}
+}
+
+var _ store.Store = (*Store)(nil)
+
+var (
+	bThreads = []byte("t")
+	bIdx     = []byte("idx")
+	bGidx    = []byte("gidx")
+	bUpd     = []byte("upd")
+	bRunIDs  = []byte("runids")
+	bActive  = []byte("active")
+	bEvExp   = []byte("evexp")
+	bSess    = []byte("sess")
+
+	kMeta = []byte("meta")
+	bMsgs = []byte("msgs")
+	bRuns = []byte("runs")
+	bResp = []byte("resp")
+	bIntr = []byte("intr")
+	bEv   = []byte("ev")
+)
+
+// Open opens (creating if needed) the store in dir/chronicle.db.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.EventRetention <= 0 {
+		opts.EventRetention = 24 * time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, "chronicle.db"), 0o600, &bolt.Options{Timeout: 5 * time.Second, NoSync: opts.NoSync, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, fmt.Errorf("embedded: open: %w", err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bThreads, bIdx, bGidx, bUpd, bRunIDs, bActive, bEvExp, bSess} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("embedded: init: %w", err)
+	}
+	s := &Store{db: db, opts: opts, ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), waiters: map[string]chan struct{}{}}
+	go s.committer()
+	return s, nil
+}
+
+// Close stops the commit loop and closes the file.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.stopped
+		err = s.db.Close()
+	})
+	return err
+}
+
+// Ping reports whether the file is open.
+func (s *Store) Ping(ctx context.Context) error {
+	select {
+	case <-s.stop:
+		return unavailable(errClosed)
+	default:
+	}
+	return s.view(func(tx *bolt.Tx) error { return nil })
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrConflict) ||
+		errors.Is(err, store.ErrLeaseHeld) || errors.Is(err, store.ErrIllegalTransition) || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: embedded: %w", store.ErrUnavailable, err)
+}
+
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	if err := s.db.View(fn); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+func (s *Store) now() int64 { return s.opts.Now().UnixMilli() }
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+func threadID(k store.Key) []byte { return []byte(k.Tenant + "\x00" + k.Thread) }
+
+func runKey(k store.Key, run string) string { return k.Tenant + "\x00" + k.Thread + "\x00" + run }
+
+func u32(i int) []byte {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], uint32(i))
+	return b[:]
+}
+
+func u64(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
+
+// threadMeta is the JSON kept under t/<thread>/meta.
+type threadMeta struct {
+	Created    int64        `json:"c,omitempty"`
+	Updated    int64        `json:"u,omitempty"`
+	Connection string       `json:"conn,omitempty"`
+	Format     string       `json:"fmt,omitempty"`
+	Model      string       `json:"model,omitempty"`
+	System     []byte       `json:"sys,omitempty"`
+	Version    int64        `json:"v,omitempty"`
+	LeaseRun   string       `json:"lrun,omitempty"`
+	LeaseOwner string       `json:"lown,omitempty"`
+	LeaseToken int64        `json:"ltok,omitempty"`
+	LeaseExp   int64        `json:"lexp,omitempty"`
+	LeaseSeq   int64        `json:"lseq,omitempty"`
+	Runs       int64        `json:"nruns,omitempty"`
+	LastStatus store.Status `json:"last,omitempty"`
+	Usage      store.Usage  `json:"usage"`
+	Msgs       int          `json:"n,omitempty"`
+}
+
+// runRec is the JSON kept under t/<thread>/runs/<run>.
+type runRec struct {
+	N                int64        `json:"n"`
+	Status           store.Status `json:"s"`
+	Reason           string       `json:"reason,omitempty"`
+	Model            string       `json:"model,omitempty"`
+	Started          int64        `json:"st"`
+	Finished         int64        `json:"fin,omitempty"`
+	Usage            *store.Usage `json:"usage,omitempty"`
+	Error            []byte       `json:"err,omitempty"`
+	InterruptedCalls []byte       `json:"ic,omitempty"`
+	Repairs          []byte       `json:"rep,omitempty"`
+	Restored         []byte       `json:"rst,omitempty"`
+	SessionID        *string      `json:"sid,omitempty"`
+	Partial          []byte       `json:"partial,omitempty"`
+	LeaseOwner       string       `json:"lown,omitempty"`
+	LeaseToken       int64        `json:"ltok"`
+	LeaseExp         int64        `json:"lexp,omitempty"`
+	Detached         int64        `json:"det,omitempty"`
+	Cancel           bool         `json:"cancel,omitempty"`
+	ResumedBy        string       `json:"rby,omitempty"`
+	Fingerprint      string       `json:"fp,omitempty"`
+	Events           int64        `json:"ev,omitempty"`
+	EvExp            int64        `json:"evexp,omitempty"`
+}
+
+func (r *runRec) toRun(k store.Key, id string) store.Run {
+	return store.Run{
+		ID: id, Key: k, Status: r.Status, Reason: r.Reason, Model: r.Model,
+		StartedAt: fromMS(r.Started), FinishedAt: fromMS(r.Finished), Usage: r.Usage,
+		Error: r.Error, InterruptedCalls: r.InterruptedCalls, Repairs: r.Repairs, Restored: r.Restored,
+		SessionID: r.SessionID, Partial: r.Partial, Interrupts: []store.Interrupt{},
+		LeaseOwner: r.LeaseOwner, LeaseToken: r.LeaseToken, LeaseExpires: fromMS(r.LeaseExp),
+		DetachedSince: fromMS(r.Detached), CancelRequested: r.Cancel, ResumedBy: r.ResumedBy,
+		Fingerprint: r.Fingerprint, Events: r.Events,
+	}
+}
+
+type intrRec struct {
+	Name   string                `json:"name"`
+	Status store.InterruptStatus `json:"s"`
+	Run    string                `json:"run"`
+}
+
+func getJSON(b *bolt.Bucket, key []byte, v any) (bool, error) {
+	raw := b.Get(key)
+	if raw == nil {
+		return false, nil
+	}
+	return true, json.Unmarshal(raw, v)
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, raw)
+}
+
+// threadBucket returns the thread's bucket, or nil.
+func threadBucket(tx *bolt.Tx, k store.Key) *bolt.Bucket {
+	return tx.Bucket(bThreads).Bucket(threadID(k))
+}
+
+func createThreadBucket(tx *bolt.Tx, k store.Key) (*bolt.Bucket, error) {
+	tb, err := tx.Bucket(bThreads).CreateBucketIfNotExists(threadID(k))
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range [][]byte{bMsgs, bRuns, bResp, bIntr, bEv} {
+		if _, err := tb.CreateBucketIfNotExists(name); err != nil {
+			return nil, err
+		}
+	}
+	return tb, nil
+}
+
+func loadMeta(tb *bolt.Bucket) (threadMeta, error) {
+	var m threadMeta
+	_, err := getJSON(tb, kMeta, &m)
+	return m, err
+}
+
+// LoadThread reads meta and messages in one read transaction.
+func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
+	if err := k.Validate(); err != nil {
+		return store.Thread{}, err
+	}
+	var th store.Thread
+	found := false
+	err := s.view(func(tx *bolt.Tx) error {
+		tb := threadBucket(tx, k)
+		if tb == nil {
+			return nil
+		}
+		m, err := loadMeta(tb)
+		if err != nil || m.Created == 0 {
+			return err
+		}
+		found = true
+		th = store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
+			System: clone(m.System), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated),
+			Messages: make([][]byte, 0, m.Msgs), Hashes: make([]store.Hash, 0, m.Msgs)}
+		return tb.Bucket(bMsgs).ForEach(func(_, v []byte) error {
+			var h store.Hash
+			copy(h[:], v)
+			th.Hashes = append(th.Hashes, h)
+			th.Messages = append(th.Messages, clone(v[len(h):]))
+			return nil
+		})
+	})
+	if err != nil {
+		return store.Thread{}, err
+	}
+	if !found {
+		return store.Thread{}, fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
+	}
+	return th, nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// fence checks that l is the thread's current lease.
+func fence(m *threadMeta, l store.Lease) error {
+	if m.LeaseRun != l.RunID || m.LeaseToken != l.Token || l.Token == 0 {
+		return fmt.Errorf("thread %s run %s token %d: %w", l.Key, l.RunID, l.Token, store.ErrFenced)
+	}
+	return nil
+}
+
+// checkTranscript verifies t against the stored messages without writing.
+func checkTranscript(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) error {
+	if t.Keep > m.Msgs {
+		return fmt.Errorf("transcript keeps %d of %d messages: %w", t.Keep, m.Msgs, store.ErrConflict)
+	}
+	if t.Keep > 0 {
+		v := tb.Bucket(bMsgs).Get(u32(t.Keep - 1))
+		if v == nil || [16]byte(v[:16]) != t.KeepHash {
+			return fmt.Errorf("transcript prefix hash differs at %d: %w", t.Keep-1, store.ErrConflict)
+		}
+	}
+	return nil
+}
+
+// applied reports whether t is already what the thread holds (a retried
+// write), so that applying it again changes nothing, not even the version.
+func applied(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) bool {
+	if m.Msgs != t.Keep+len(t.Messages) || !bytes.Equal(m.System, t.System) || m.Created == 0 {
+		return false
+	}
+	mb := tb.Bucket(bMsgs)
+	for i, h := range t.Hashes {
+		v := mb.Get(u32(t.Keep + i))
+		if v == nil || [16]byte(v[:16]) != h {
+			return false
+		}
+	}
+	return true
+}
+
+// writeTranscript applies a checked transcript and bumps the version.
+func writeTranscript(tb *bolt.Bucket, m *threadMeta, t *store.Transcript, now int64) error {
+	if applied(tb, m, t) {
+		return nil
+	}
+	mb := tb.Bucket(bMsgs)
+	for i := t.Keep; i < m.Msgs; i++ {
+		if err := mb.Delete(u32(i)); err != nil {
+			return err
+		}
+	}
+	for i, msg := range t.Messages {
+		v := make([]byte, 16+len(msg))
+		copy(v, t.Hashes[i][:])
+		copy(v[16:], msg)
+		if err := mb.Put(u32(t.Keep+i), v); err != nil {
+			return err
+		}
+	}
+	m.Msgs = t.Keep + len(t.Messages)
+	m.System = clone(t.System)
+	if t.Connection != "" {
+		m.Connection = t.Connection
+	}
+	if t.Format != "" {
+		m.Format = t.Format
+	}
+	if t.Model != "" {
+		m.Model = t.Model
+	}
+	if m.Created == 0 {
+		m.Created = now
+	}
+	m.Updated = now
+	m.Version++
+	return nil
+}
+
+// touchIndex moves the thread's audit entries to m.Updated.
+func touchIndex(tx *bolt.Tx, k store.Key, m *threadMeta) error {
+	if m.Created == 0 {
+		return nil
+	}
+	id := threadID(k)
+	upd := tx.Bucket(bUpd)
+	if old := upd.Get(id); old != nil {
+		if err := dropIndex(tx, k, int64(binary.BigEndian.Uint64(old))); err != nil {
+			return err
+		}
+	}
+	inv := u64(^uint64(m.Updated))
+	if err := tx.Bucket(bIdx).Put(append(append([]byte(k.Tenant+"\x00"), inv...), k.Thread...), nil); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bGidx).Put(append(append([]byte{}, inv...), id...), nil); err != nil {
+		return err
+	}
+	return upd.Put(id, u64(uint64(m.Updated)))
+}
+
+func dropIndex(tx *bolt.Tx, k store.Key, updated int64) error {
+	inv := u64(^uint64(updated))
+	if err := tx.Bucket(bIdx).Delete(append(append([]byte(k.Tenant+"\x00"), inv...), k.Thread...)); err != nil {
+		return err
+	}
+	return tx.Bucket(bGidx).Delete(append(append([]byte{}, inv...), threadID(k)...))
+}
+
+// SaveTranscript writes a transcript under the lease.
+func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
+	if err := l.Key.Validate(); err != nil {
+		return err
+	}
+	if err := t.Check(); err != nil {
+		return err
+	}
+	var refused error
+	err := s.update(func(tx *bolt.Tx) error {
+		refused = nil
+		tb := threadBucket(tx, l.Key)
+		if tb == nil {
+			refused = fmt.Errorf("thread %s: %w", l.Key, store.ErrFenced)
+			return nil
+		}
+		m, err := loadMeta(tb)
+		if err != nil {
+			return err
+		}
+		if refused = fence(&m, l); refused != nil {
+			return nil
+		}
+		if refused = checkTranscript(tb, &m, &t); refused != nil {
+			return nil
+		}
+		if err := writeTranscript(tb, &m, &t, s.now()); err != nil {
+			return err
+		}
+		if err := putJSON(tb, kMeta, &m); err != nil {
+			return err
+		}
+		return touchIndex(tx, l.Key, &m)
+	})
+	if err != nil {
+		return err
+	}
+	return refused
+}
+
+// DeleteThread removes the thread bucket and every index entry naming it.
+func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	var runs []string
+	err := s.update(func(tx *bolt.Tx) error {
+		runs = runs[:0]
+		tb := threadBucket(tx, k)
+		if tb == nil {
+			return nil
+		}
+		rb := tb.Bucket(bRuns)
+		err := rb.ForEach(func(id, v []byte) error {
+			var r runRec
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			runs = append(runs, string(id))
+			if err := tx.Bucket(bRunIDs).Delete([]byte(k.Tenant + "\x00" + string(id))); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bActive).Delete([]byte(runKey(k, string(id)))); err != nil {
+				return err
+			}
+			if r.EvExp != 0 {
+				return tx.Bucket(bEvExp).Delete(append(u64(uint64(r.EvExp)), runKey(k, string(id))...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		id := threadID(k)
+		if old := tx.Bucket(bUpd).Get(id); old != nil {
+			if err := dropIndex(tx, k, int64(binary.BigEndian.Uint64(old))); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bUpd).Delete(id); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bThreads).DeleteBucket(id)
+	})
+	for _, r := range runs {
+		s.notify(runKey(k, r))
+	}
+	return err
+}
+
+// SessionID returns the stored session id for (connection, model), storing
+// candidate when there is none.
+func (s *Store) SessionID(ctx context.Context, connection, model, candidate string) (string, error) {
+	key := []byte(connection + "\x00" + model)
+	var got string
+	err := s.view(func(tx *bolt.Tx) error {
+		got = string(tx.Bucket(bSess).Get(key))
+		return nil
+	})
+	if err != nil || got != "" {
+		return got, err
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bSess)
+		if v := b.Get(key); v != nil {
+			got = string(v)
+			return nil
+		}
+		got = candidate
+		return b.Put(key, []byte(candidate))
+	})
+	return got, err
+}
+
+// DebugKeys lists every key the store holds, one string per leaf key, as
+// "bucket/…/key". Tests use it to prove that a delete leaves nothing behind.
+func (s *Store) DebugKeys(ctx context.Context) ([]string, error) {
+	var out []string
+	var walk func(prefix string, b *bolt.Bucket) error
+	walk = func(prefix string, b *bolt.Bucket) error {
+		return b.ForEach(func(k, v []byte) error {
+			if v == nil {
+				return walk(prefix+string(k)+"/", b.Bucket(k))
+			}
+			out = append(out, prefix+string(k))
+			return nil
+		})
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walk(string(name)+"/", b) })
+	})
+	return out, err
+}

@@ -1,0 +1,604 @@
+package embedded
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/chronicle-proxy/chronicle/store"
+)
+
+func getRun(tb *bolt.Bucket, id string) (*runRec, error) {
+	var r runRec
+	ok, err := getJSON(tb.Bucket(bRuns), []byte(id), &r)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// interrupts returns the interrupts each run raised.
+func interrupts(tb *bolt.Bucket) (map[string][]store.Interrupt, error) {
+	out := map[string][]store.Interrupt{}
+	err := tb.Bucket(bIntr).ForEach(func(k, v []byte) error {
+		var r intrRec
+		if err := json.Unmarshal(v, &r); err != nil {
+			return err
+		}
+		out[r.Run] = append(out[r.Run], store.Interrupt{CallID: string(k), Name: r.Name, Status: r.Status, RunID: r.Run})
+		return nil
+	})
+	return out, err
+}
+
+func (s *Store) runView(tb *bolt.Bucket, k store.Key, id string, r *runRec) (store.Run, error) {
+	run := r.toRun(k, id)
+	in, err := interrupts(tb)
+	if err != nil {
+		return run, err
+	}
+	if l := in[id]; l != nil {
+		run.Interrupts = l
+	}
+	return run, nil
+}
+
+// markLost fails a running run whose replica died, releasing its lease.
+func (s *Store) markLost(tx *bolt.Tx, tb *bolt.Bucket, k store.Key, m *threadMeta, id string, now int64) (bool, error) {
+	r, err := getRun(tb, id)
+	if err != nil {
+		return false, err
+	}
+	if m.LeaseRun == id {
+		m.LeaseRun, m.LeaseOwner, m.LeaseToken, m.LeaseExp = "", "", 0, 0
+	}
+	if err := tx.Bucket(bActive).Delete([]byte(runKey(k, id))); err != nil {
+		return false, err
+	}
+	if r == nil || r.Status != store.Running {
+		return false, nil
+	}
+	r.Status, r.Reason, r.Finished = store.Failed, store.ReasonProxyLost, now
+	if r.N == m.Runs {
+		m.LastStatus = store.Failed
+	}
+	if err := s.expireEvents(tx, k, id, r, now); err != nil {
+		return false, err
+	}
+	return true, putJSON(tb.Bucket(bRuns), []byte(id), r)
+}
+
+func (s *Store) expireEvents(tx *bolt.Tx, k store.Key, id string, r *runRec, now int64) error {
+	r.EvExp = now + s.opts.EventRetention.Milliseconds()
+	return tx.Bucket(bEvExp).Put(append(u64(uint64(r.EvExp)), runKey(k, id)...), nil)
+}
+
+// StartRun takes the lease and creates the run, or returns the existing one.
+func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started, error) {
+	k := sr.Key
+	if err := k.Validate(); err != nil {
+		return store.Started{}, err
+	}
+	if err := store.ValidID(sr.RunID); err != nil {
+		return store.Started{}, err
+	}
+	if sr.TTL <= 0 {
+		return store.Started{}, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
+	}
+	var res store.Started
+	var refused error
+	var lost string
+	err := s.update(func(tx *bolt.Tx) error {
+		res, refused, lost = store.Started{}, nil, ""
+		rid := []byte(k.Tenant + "\x00" + sr.RunID)
+		if th := tx.Bucket(bRunIDs).Get(rid); th != nil && string(th) != k.Thread {
+			refused = fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
+			return nil
+		}
+		if tb := threadBucket(tx, k); tb != nil {
+			r, err := getRun(tb, sr.RunID)
+			if err != nil {
+				return err
+			}
+			if r != nil {
+				if r.Fingerprint != sr.Fingerprint {
+					refused = fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
+					return nil
+				}
+				res.Run, err = s.runView(tb, k, sr.RunID, r)
+				return err
+			}
+		}
+		tb, err := createThreadBucket(tx, k)
+		if err != nil {
+			return err
+		}
+		m, err := loadMeta(tb)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if m.LeaseRun != "" {
+			if m.LeaseExp > now {
+				res.Lease = store.Lease{Key: k, RunID: m.LeaseRun, Owner: m.LeaseOwner, Token: m.LeaseToken, Expires: fromMS(m.LeaseExp)}
+				refused = fmt.Errorf("thread %s busy with run %s: %w", k, m.LeaseRun, store.ErrLeaseHeld)
+				return nil
+			}
+			lostRun := m.LeaseRun
+			ok, err := s.markLost(tx, tb, k, &m, lostRun, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				lost = lostRun
+			}
+		}
+		m.LeaseSeq++
+		m.Runs++
+		exp := now + sr.TTL.Milliseconds()
+		m.LeaseRun, m.LeaseOwner, m.LeaseToken, m.LeaseExp = sr.RunID, sr.Owner, m.LeaseSeq, exp
+		m.LastStatus = store.Running
+		r := &runRec{N: m.Runs, Status: store.Running, Model: sr.Model, Started: now, LeaseOwner: sr.Owner,
+			LeaseToken: m.LeaseSeq, LeaseExp: exp, Fingerprint: sr.Fingerprint}
+		if err := putJSON(tb.Bucket(bRuns), []byte(sr.RunID), r); err != nil {
+			return err
+		}
+		if err := putJSON(tb, kMeta, &m); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bRunIDs).Put(rid, []byte(k.Thread)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bActive).Put([]byte(runKey(k, sr.RunID)), nil); err != nil {
+			return err
+		}
+		res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,
+			Lease: store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: m.LeaseSeq, TTL: sr.TTL, Expires: fromMS(exp)}}
+		return nil
+	})
+	if lost != "" {
+		s.notify(runKey(k, lost))
+	}
+	if err != nil {
+		return store.Started{}, err
+	}
+	return res, refused
+}
+
+// leased loads the thread bucket, meta and run for a fenced write.
+func leased(tx *bolt.Tx, l store.Lease) (*bolt.Bucket, threadMeta, *runRec, error, error) {
+	tb := threadBucket(tx, l.Key)
+	if tb == nil {
+		return nil, threadMeta{}, nil, nil, fmt.Errorf("thread %s: %w", l.Key, store.ErrFenced)
+	}
+	m, err := loadMeta(tb)
+	if err != nil {
+		return nil, m, nil, err, nil
+	}
+	if refused := fence(&m, l); refused != nil {
+		return nil, m, nil, nil, refused
+	}
+	r, err := getRun(tb, l.RunID)
+	if err != nil {
+		return nil, m, nil, err, nil
+	}
+	if r == nil || r.Status != store.Running {
+		return nil, m, nil, nil, fmt.Errorf("run %s not running: %w", l.RunID, store.ErrFenced)
+	}
+	return tb, m, r, nil, nil
+}
+
+// Renew extends the lease and applies the patch.
+func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (store.Renewal, error) {
+	if l.TTL <= 0 {
+		return store.Renewal{}, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, l.TTL)
+	}
+	var res store.Renewal
+	var refused error
+	err := s.update(func(tx *bolt.Tx) error {
+		tb, m, r, err, ref := leased(tx, l)
+		if refused = ref; err != nil || ref != nil {
+			return err
+		}
+		exp := s.now() + l.TTL.Milliseconds()
+		m.LeaseExp, r.LeaseExp = exp, exp
+		if p.Partial != nil {
+			r.Partial = p.Partial
+		}
+		if !p.DetachedSince.IsZero() {
+			r.Detached = ms(p.DetachedSince)
+		}
+		if err := putJSON(tb, kMeta, &m); err != nil {
+			return err
+		}
+		res = store.Renewal{Lease: l, CancelRequested: r.Cancel}
+		res.Lease.Expires = fromMS(exp)
+		return putJSON(tb.Bucket(bRuns), []byte(l.RunID), r)
+	})
+	if err != nil {
+		return store.Renewal{}, err
+	}
+	return res, refused
+}
+
+// Release gives the lease up; the run stays as it is (Sweep fails it if it
+// is still running).
+func (s *Store) Release(ctx context.Context, l store.Lease) error {
+	return s.update(func(tx *bolt.Tx) error {
+		tb := threadBucket(tx, l.Key)
+		if tb == nil {
+			return nil
+		}
+		m, err := loadMeta(tb)
+		if err != nil || fence(&m, l) != nil {
+			return err
+		}
+		m.LeaseRun, m.LeaseOwner, m.LeaseToken, m.LeaseExp = "", "", 0, 0
+		return putJSON(tb, kMeta, &m)
+	})
+}
+
+// Finish writes the transcript and ends the run in one transaction.
+func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
+	if err := store.CheckFinish(&f); err != nil {
+		return err
+	}
+	var refused error
+	err := s.update(func(tx *bolt.Tx) error {
+		refused = nil
+		tb := threadBucket(tx, l.Key)
+		if tb == nil {
+			refused = fmt.Errorf("thread %s: %w", l.Key, store.ErrFenced)
+			return nil
+		}
+		r, err := getRun(tb, l.RunID)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			refused = fmt.Errorf("run %s: %w", l.RunID, store.ErrNotFound)
+			return nil
+		}
+		if r.Status != store.Running {
+			refused = finishedAgain(r.Status, r.Reason, r.LeaseToken, l, f.Status)
+			return nil
+		}
+		m, err := loadMeta(tb)
+		if err != nil {
+			return err
+		}
+		if refused = fence(&m, l); refused != nil {
+			return nil
+		}
+		var prev *runRec
+		if f.Resumes != "" {
+			if prev, err = getRun(tb, f.Resumes); err != nil {
+				return err
+			}
+			switch {
+			case prev == nil:
+				refused = fmt.Errorf("resumed run %s: %w", f.Resumes, store.ErrNotFound)
+			case prev.Status != store.Interrupted || (prev.ResumedBy != "" && prev.ResumedBy != l.RunID):
+				refused = fmt.Errorf("resume run %s (%s, resumed by %q): %w", f.Resumes, prev.Status, prev.ResumedBy, store.ErrIllegalTransition)
+			}
+			if refused != nil {
+				return nil
+			}
+		}
+		if f.Transcript != nil {
+			if refused = checkTranscript(tb, &m, f.Transcript); refused != nil {
+				return nil
+			}
+		}
+		now := s.now()
+		if f.Transcript != nil {
+			if err := writeTranscript(tb, &m, f.Transcript, now); err != nil {
+				return err
+			}
+		}
+		applyFinish(r, &f, now)
+		if err := s.expireEvents(tx, l.Key, l.RunID, r, now); err != nil {
+			return err
+		}
+		if err := putJSON(tb.Bucket(bRuns), []byte(l.RunID), r); err != nil {
+			return err
+		}
+		if f.Response != nil {
+			if err := tb.Bucket(bResp).Put([]byte(l.RunID), f.Response); err != nil {
+				return err
+			}
+		}
+		ib := tb.Bucket(bIntr)
+		for _, in := range f.Interrupts {
+			if err := putJSON(ib, []byte(in.CallID), intrRec{Name: in.Name, Status: store.Pending, Run: l.RunID}); err != nil {
+				return err
+			}
+		}
+		for _, set := range []struct {
+			ids []string
+			to  store.InterruptStatus
+		}{{f.Resolve, store.Resolved}, {f.Cancel, store.Cancelled}} {
+			for _, id := range set.ids {
+				var in intrRec
+				ok, err := getJSON(ib, []byte(id), &in)
+				if err != nil {
+					return err
+				}
+				if ok && in.Status == store.Pending {
+					in.Status = set.to
+					if err := putJSON(ib, []byte(id), in); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if prev != nil {
+			prev.ResumedBy = l.RunID
+			if err := putJSON(tb.Bucket(bRuns), []byte(f.Resumes), prev); err != nil {
+				return err
+			}
+		}
+		m.LeaseRun, m.LeaseOwner, m.LeaseToken, m.LeaseExp = "", "", 0, 0
+		if r.N == m.Runs {
+			m.LastStatus = f.Status
+		}
+		if f.Usage != nil {
+			m.Usage = m.Usage.Add(*f.Usage)
+		}
+		if f.Model != "" {
+			m.Model = f.Model
+		}
+		if m.Created != 0 {
+			m.Updated = now
+		}
+		if err := tx.Bucket(bActive).Delete([]byte(runKey(l.Key, l.RunID))); err != nil {
+			return err
+		}
+		if err := putJSON(tb, kMeta, &m); err != nil {
+			return err
+		}
+		return touchIndex(tx, l.Key, &m)
+	})
+	if err == nil && refused == nil {
+		s.notify(runKey(l.Key, l.RunID))
+	}
+	if err != nil {
+		return err
+	}
+	return refused
+}
+
+func applyFinish(r *runRec, f *store.Finish, now int64) {
+	r.Status, r.Reason, r.Finished = f.Status, f.Reason, now
+	r.Error, r.Usage = f.Error, f.Usage
+	if f.Model != "" {
+		r.Model = f.Model
+	}
+	if f.Partial != nil {
+		r.Partial = f.Partial
+	}
+	if f.InterruptedCalls != nil {
+		r.InterruptedCalls = f.InterruptedCalls
+	}
+	if f.Repairs != nil {
+		r.Repairs = f.Repairs
+	}
+	if f.Restored != nil {
+		r.Restored = f.Restored
+	}
+	if f.SessionID != nil {
+		r.SessionID = f.SessionID
+	}
+}
+
+// GetRun returns one run with its response body.
+func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, error) {
+	if err := k.Validate(); err != nil {
+		return store.Run{}, err
+	}
+	var run store.Run
+	found := false
+	err := s.view(func(tx *bolt.Tx) error {
+		tb := threadBucket(tx, k)
+		if tb == nil {
+			return nil
+		}
+		r, err := getRun(tb, id)
+		if err != nil || r == nil {
+			return err
+		}
+		found = true
+		if run, err = s.runView(tb, k, id, r); err != nil {
+			return err
+		}
+		run.Response = clone(tb.Bucket(bResp).Get([]byte(id)))
+		return nil
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("run %s/%s: %w", k, id, store.ErrNotFound)
+	}
+	return run, err
+}
+
+// ListRuns returns the thread's runs oldest first.
+func (s *Store) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) {
+	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	var runs []store.Run
+	var order []int64
+	found := false
+	err := s.view(func(tx *bolt.Tx) error {
+		tb := threadBucket(tx, k)
+		if tb == nil {
+			return nil
+		}
+		found = true
+		in, err := interrupts(tb)
+		if err != nil {
+			return err
+		}
+		return tb.Bucket(bRuns).ForEach(func(id, v []byte) error {
+			var r runRec
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			run := r.toRun(k, string(id))
+			if l := in[string(id)]; l != nil {
+				run.Interrupts = l
+			}
+			runs = append(runs, run)
+			order = append(order, r.N)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
+	}
+	idx := make([]int, len(runs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return order[idx[a]] < order[idx[b]] })
+	out := make([]store.Run, 0, len(runs))
+	for _, i := range idx {
+		out = append(out, runs[i])
+	}
+	return out, nil
+}
+
+// FindRun returns the thread a run id belongs to.
+func (s *Store) FindRun(ctx context.Context, tenant, id string) (store.Key, error) {
+	var th []byte
+	err := s.view(func(tx *bolt.Tx) error {
+		th = clone(tx.Bucket(bRunIDs).Get([]byte(tenant + "\x00" + id)))
+		return nil
+	})
+	if err != nil {
+		return store.Key{}, err
+	}
+	if th == nil {
+		return store.Key{}, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
+	}
+	return store.Key{Tenant: tenant, Thread: string(th)}, nil
+}
+
+// RequestCancel flags a running run.
+func (s *Store) RequestCancel(ctx context.Context, k store.Key, id string) (store.Run, error) {
+	if err := k.Validate(); err != nil {
+		return store.Run{}, err
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		tb := threadBucket(tx, k)
+		if tb == nil {
+			return nil
+		}
+		r, err := getRun(tb, id)
+		if err != nil || r == nil || r.Status != store.Running || r.Cancel {
+			return err
+		}
+		r.Cancel = true
+		return putJSON(tb.Bucket(bRuns), []byte(id), r)
+	})
+	if err != nil {
+		return store.Run{}, err
+	}
+	return s.GetRun(ctx, k, id)
+}
+
+// Sweep fails runs whose lease lapsed and drops expired event logs.
+func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
+	var lost []store.RunRef
+	err := s.update(func(tx *bolt.Tx) error {
+		lost = lost[:0]
+		now := s.now()
+		var keys [][]byte
+		if err := tx.Bucket(bActive).ForEach(func(k, _ []byte) error {
+			keys = append(keys, clone(k))
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, key := range keys {
+			parts := strings.SplitN(string(key), "\x00", 3)
+			k, id := store.Key{Tenant: parts[0], Thread: parts[1]}, parts[2]
+			tb := threadBucket(tx, k)
+			if tb == nil {
+				if err := tx.Bucket(bActive).Delete(key); err != nil {
+					return err
+				}
+				continue
+			}
+			m, err := loadMeta(tb)
+			if err != nil {
+				return err
+			}
+			if m.LeaseRun == id && m.LeaseExp > now {
+				continue
+			}
+			ok, err := s.markLost(tx, tb, k, &m, id, now)
+			if err != nil {
+				return err
+			}
+			if err := putJSON(tb, kMeta, &m); err != nil {
+				return err
+			}
+			if ok {
+				lost = append(lost, store.RunRef{Key: k, RunID: id})
+			}
+		}
+		// Expired event logs.
+		c := tx.Bucket(bEvExp).Cursor()
+		var drop [][]byte
+		for key, _ := c.First(); key != nil && len(key) > 8 && int64(beU64(key)) <= now; key, _ = c.Next() {
+			drop = append(drop, clone(key))
+		}
+		for _, key := range drop {
+			parts := strings.SplitN(string(key[8:]), "\x00", 3)
+			if tb := threadBucket(tx, store.Key{Tenant: parts[0], Thread: parts[1]}); tb != nil {
+				if eb := tb.Bucket(bEv); eb.Bucket([]byte(parts[2])) != nil {
+					if err := eb.DeleteBucket([]byte(parts[2])); err != nil {
+						return err
+					}
+				}
+			}
+			if err := tx.Bucket(bEvExp).Delete(key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, r := range lost {
+		s.notify(runKey(r.Key, r.RunID))
+	}
+	return lost, err
+}
+
+func beU64(b []byte) uint64 {
+	var v uint64
+	for _, c := range b[:8] {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+// finishedAgain judges a Finish on a run that already ended: the same
+// finish again succeeds; another status from the same lease is an illegal
+// transition; a run swept or finished under another lease is fenced.
+func finishedAgain(status store.Status, reason string, token int64, l store.Lease, to store.Status) error {
+	switch {
+	case token != l.Token || reason == store.ReasonProxyLost:
+		return fmt.Errorf("run %s ended (%s %s): %w", l.RunID, status, reason, store.ErrFenced)
+	case status == to:
+		return nil
+	default:
+		return fmt.Errorf("run %s is %s, not %s: %w", l.RunID, status, to, store.ErrIllegalTransition)
+	}
+}

@@ -1,0 +1,446 @@
+// Package store owns chronicle's persistence contract: the interfaces the
+// proxy uses to keep threads (raw provider messages), runs and their
+// lifecycle, interrupts, per-run event logs, thread leases, audit indexes and
+// session ids, plus the sentinel errors every backend returns.
+//
+// Backends live in subpackages (store/redis, store/embedded) and are checked
+// by one conformance suite, store/storetest. No backend type appears here, so
+// callers depend on this package only. The store never parses provider JSON:
+// messages, error bodies, response bodies and audit blobs are opaque bytes.
+//
+// See README.md for the key layout and which steps are atomic.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with %w; compare with errors.Is.
+var (
+	// ErrNotFound: the thread or run does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrFenced: the caller's lease is no longer the thread's current lease
+	// (it expired and was taken, was released, or the run was swept). The
+	// write was refused and nothing changed.
+	ErrFenced = errors.New("store: lease fenced")
+	// ErrLeaseHeld: another run holds the thread's lease.
+	ErrLeaseHeld = errors.New("store: thread lease held")
+	// ErrIllegalTransition: the run status change is not allowed by the
+	// lifecycle (running → completed | failed | aborted | interrupted;
+	// interrupted accepts only resumed_by).
+	ErrIllegalTransition = errors.New("store: illegal run transition")
+	// ErrConflict: a run id reused on another thread or with another request
+	// fingerprint, a transcript prefix that no longer matches, or an event
+	// sequence gap.
+	ErrConflict = errors.New("store: conflict")
+	// ErrUnavailable: the backend could not be reached (connection refused,
+	// timeout, closed database). The proxy answers 503 store_unavailable.
+	ErrUnavailable = errors.New("store: unavailable")
+	// ErrInvalid: an id or argument outside what the store accepts.
+	ErrInvalid = errors.New("store: invalid argument")
+)
+
+// Status is a run's lifecycle state.
+type Status string
+
+// Run statuses. Interrupted is parked, not terminal: the turn ended in tool
+// calls whose results will start a new run.
+const (
+	Running     Status = "running"
+	Completed   Status = "completed"
+	Failed      Status = "failed"
+	Aborted     Status = "aborted"
+	Interrupted Status = "interrupted"
+)
+
+// Ended reports whether a run in status s no longer streams events (every
+// status except Running).
+func (s Status) Ended() bool { return s != Running }
+
+// Final reports whether s is a status Finish may set.
+func (s Status) Final() bool {
+	switch s {
+	case Completed, Failed, Aborted, Interrupted:
+		return true
+	}
+	return false
+}
+
+// Reason written by Sweep on runs whose replica died.
+const ReasonProxyLost = "proxy_lost"
+
+// Key names a thread: tenant plus thread id.
+type Key struct {
+	Tenant string
+	Thread string
+}
+
+func (k Key) String() string { return k.Tenant + "/" + k.Thread }
+
+// Validate checks both parts (see ValidID and ValidTenant).
+func (k Key) Validate() error {
+	if err := ValidTenant(k.Tenant); err != nil {
+		return err
+	}
+	return ValidID(k.Thread)
+}
+
+// ValidID checks a thread or run id: 1–128 of [A-Za-z0-9._:-].
+func ValidID(id string) error {
+	if len(id) == 0 || len(id) > 128 {
+		return fmt.Errorf("%w: id length %d", ErrInvalid, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Errorf("%w: id %q has byte %q", ErrInvalid, id, c)
+		}
+	}
+	return nil
+}
+
+// ValidTenant checks a tenant: 1–256 printable ASCII bytes without space,
+// '{' or '}' (Redis hash tags). Tenants may be key hashes in hex or base64.
+func ValidTenant(t string) error {
+	if len(t) == 0 || len(t) > 256 {
+		return fmt.Errorf("%w: tenant length %d", ErrInvalid, len(t))
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
+			return fmt.Errorf("%w: tenant has byte %q", ErrInvalid, c)
+		}
+	}
+	return nil
+}
+
+// Hash identifies one message for prefix comparison; the caller computes it
+// (adapters.HashMessage has the same shape and converts directly).
+type Hash [16]byte
+
+// Thread is a stored conversation.
+type Thread struct {
+	Key
+	Connection string
+	Format     string // openai-chat, gemini, openai-responses
+	Model      string
+	System     []byte   // Gemini systemInstruction, raw JSON; nil when none
+	Messages   [][]byte // raw provider JSON, byte-for-byte
+	Hashes     []Hash   // Hashes[i] belongs to Messages[i]
+	Version    int64    // increments on every transcript write
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// Transcript is a transcript write: keep the first Keep stored messages,
+// replace everything after them with Messages. Build it with Diff so that
+// appending one message to a long thread writes one message.
+type Transcript struct {
+	Keep     int      // stored messages kept as they are
+	KeepHash Hash     // hash of stored message Keep-1, checked (ignored when Keep is 0)
+	Messages [][]byte // written after the kept prefix
+	Hashes   []Hash   // one per message in Messages
+	// System replaces the thread's system blob; nil clears it.
+	System     []byte
+	Connection string // set when non-empty
+	Format     string // set when non-empty
+	Model      string // set when non-empty
+}
+
+// Diff returns the write that turns a thread whose messages hash to stored
+// into next: it keeps the longest common prefix and writes the rest. When
+// stored is a prefix of next that is exactly the new suffix; otherwise the
+// diverging tail is overwritten.
+func Diff(stored []Hash, next [][]byte, nextHashes []Hash) Transcript {
+	keep := 0
+	for keep < len(stored) && keep < len(nextHashes) && stored[keep] == nextHashes[keep] {
+		keep++
+	}
+	t := Transcript{Keep: keep, Messages: next[keep:], Hashes: nextHashes[keep:]}
+	if keep > 0 {
+		t.KeepHash = stored[keep-1]
+	}
+	return t
+}
+
+// Check validates the shape of a transcript write.
+func (t *Transcript) Check() error {
+	if t.Keep < 0 || len(t.Messages) != len(t.Hashes) {
+		return fmt.Errorf("%w: transcript keep %d, %d messages, %d hashes", ErrInvalid, t.Keep, len(t.Messages), len(t.Hashes))
+	}
+	return nil
+}
+
+// Usage is a run's token usage.
+type Usage struct {
+	InputTokens     int64
+	OutputTokens    int64
+	CachedTokens    int64
+	ReasoningTokens int64
+}
+
+// Add returns u + v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{u.InputTokens + v.InputTokens, u.OutputTokens + v.OutputTokens, u.CachedTokens + v.CachedTokens, u.ReasoningTokens + v.ReasoningTokens}
+}
+
+// InterruptStatus is the state of one tool call waiting for its result.
+type InterruptStatus string
+
+// Interrupt statuses: pending → resolved | cancelled.
+const (
+	Pending   InterruptStatus = "pending"
+	Resolved  InterruptStatus = "resolved"
+	Cancelled InterruptStatus = "cancelled"
+)
+
+// Interrupt is a tool call a parked run waits on.
+type Interrupt struct {
+	CallID string
+	Name   string
+	Status InterruptStatus
+	RunID  string // the run that raised it
+}
+
+// Run is one request's turn on a thread. Blob fields hold opaque JSON the
+// proxy produced; nil means null.
+type Run struct {
+	ID         string
+	Key        Key
+	Status     Status
+	Reason     string
+	Model      string
+	StartedAt  time.Time
+	FinishedAt time.Time // zero while running
+	Usage      *Usage    // nil when the upstream reported none
+	Error      []byte    // upstream error body
+	// InterruptedCalls, Repairs and Restored are opaque JSON arrays.
+	InterruptedCalls []byte
+	Repairs          []byte
+	Restored         []byte
+	SessionID        *string // the value sent upstream; nil when none
+	Partial          []byte  // text-so-far snapshot
+	Interrupts       []Interrupt
+	LeaseOwner       string
+	LeaseToken       int64
+	LeaseExpires     time.Time
+	DetachedSince    time.Time
+	CancelRequested  bool
+	ResumedBy        string
+	Fingerprint      string
+	Events           int64  // events appended so far
+	Response         []byte // stored non-stream body; only GetRun fills it
+}
+
+// Lease is a thread's one-run-at-a-time lease, held by a run. Token is a
+// fencing token that grows on every acquisition; every write made under a
+// lease carries it and is refused (ErrFenced) once the lease moved on.
+type Lease struct {
+	Key     Key
+	RunID   string
+	Owner   string
+	Token   int64
+	TTL     time.Duration
+	Expires time.Time
+}
+
+// StartRun asks for a thread lease and a new run, or the existing run with
+// that id.
+type StartRun struct {
+	Key         Key
+	RunID       string
+	Owner       string        // replica id, for audit
+	TTL         time.Duration // lease TTL
+	Fingerprint string        // request fingerprint; a reuse with another is ErrConflict
+	Model       string
+}
+
+// Started is StartRun's result. When Created is false the run already existed
+// (a retry): Run is its current state and Lease is zero.
+type Started struct {
+	Run     Run
+	Lease   Lease
+	Created bool
+}
+
+// RunPatch updates a running run while its lease is renewed. Nil/zero fields
+// are left alone.
+type RunPatch struct {
+	Partial       []byte
+	DetachedSince time.Time
+}
+
+// Renewal is Renew's result.
+type Renewal struct {
+	Lease           Lease // with the new expiry
+	CancelRequested bool  // another replica asked the run to stop
+}
+
+// Finish ends a run: the transcript write (if any) and the status change are
+// one atomic step, fenced by the lease, which it releases.
+type Finish struct {
+	Status     Status
+	Reason     string
+	Error      []byte
+	Usage      *Usage
+	Model      string      // set when non-empty
+	Transcript *Transcript // nil: the transcript is left as it is
+	Partial    []byte
+	Response   []byte // non-stream body for idempotent replay
+	// Set when non-nil.
+	InterruptedCalls []byte
+	Repairs          []byte
+	Restored         []byte
+	SessionID        *string
+	// Interrupts are new pending calls raised by this run (status Interrupted).
+	Interrupts []Interrupt
+	// Resolve and Cancel name earlier pending interrupts of this thread.
+	Resolve []string
+	Cancel  []string
+	// Resumes names the parked run whose calls this run answered; its
+	// resumed_by becomes this run.
+	Resumes string
+}
+
+// Event is one entry of a run's event log; Seq is 1-based.
+type Event struct {
+	Seq  int64
+	Data []byte
+}
+
+// RunRef names a run.
+type RunRef struct {
+	Key   Key
+	RunID string
+}
+
+// ThreadQuery filters the audit listing. Empty fields do not filter.
+type ThreadQuery struct {
+	Tenant     string // "" lists across tenants
+	Connection string
+	Model      string
+	Status     Status // the thread's last run status
+	Since      time.Time
+	Until      time.Time
+	Cursor     string
+	Limit      int // default 50
+}
+
+// ThreadSummary is one audit listing entry.
+type ThreadSummary struct {
+	Key        Key
+	Connection string
+	Format     string
+	Model      string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	Runs       int64
+	LastStatus Status
+	Usage      Usage
+}
+
+// ThreadPage is one page of the audit listing, newest-updated first.
+type ThreadPage struct {
+	Threads    []ThreadSummary
+	NextCursor string // "" at the end
+}
+
+// Threads loads and writes transcripts.
+type Threads interface {
+	// LoadThread returns meta, messages and hashes in one round trip.
+	LoadThread(ctx context.Context, k Key) (Thread, error)
+	// SaveTranscript writes a transcript under a lease (the pending turn at
+	// a run's start).
+	SaveTranscript(ctx context.Context, l Lease, t Transcript) error
+	// DeleteThread removes the thread and every key it owns.
+	DeleteThread(ctx context.Context, k Key) error
+}
+
+// Runs drives the run lifecycle and the thread lease.
+type Runs interface {
+	// StartRun takes the thread lease and creates the run, or returns the
+	// run if the id exists on this thread (idempotent). A run id used on
+	// another thread of the tenant, or with another fingerprint, is
+	// ErrConflict; a lease held by a live run is ErrLeaseHeld (Started.Lease
+	// then describes the holder). An expired holder is marked failed
+	// (proxy_lost) and its lease taken.
+	StartRun(ctx context.Context, s StartRun) (Started, error)
+	// Renew extends the lease, applies the patch and reports whether a
+	// cancel was requested.
+	Renew(ctx context.Context, l Lease, p RunPatch) (Renewal, error)
+	// Release gives the lease up without ending the run; idempotent.
+	Release(ctx context.Context, l Lease) error
+	// Finish ends the run (see Finish). Applying the same Finish again
+	// succeeds without changing anything.
+	Finish(ctx context.Context, l Lease, f Finish) error
+	// GetRun returns one run with its stored response body.
+	GetRun(ctx context.Context, k Key, runID string) (Run, error)
+	// ListRuns returns a thread's runs oldest first, without response bodies.
+	ListRuns(ctx context.Context, k Key) ([]Run, error)
+	// FindRun returns the thread a run id belongs to within a tenant.
+	FindRun(ctx context.Context, tenant, runID string) (Key, error)
+	// RequestCancel flags a running run; its owner sees it on Renew. It
+	// returns the run; a run that already ended is returned unchanged.
+	RequestCancel(ctx context.Context, k Key, runID string) (Run, error)
+	// Sweep marks running runs whose lease expired failed (proxy_lost),
+	// releasing their leases, and drops expired event logs. It returns
+	// the runs it marked.
+	Sweep(ctx context.Context) ([]RunRef, error)
+}
+
+// Events is the per-run event log.
+type Events interface {
+	// AppendEvents appends events numbered first, first+1, … under the run's
+	// lease. Events already stored are skipped (a retry is harmless); a gap
+	// is ErrConflict.
+	AppendEvents(ctx context.Context, l Lease, first int64, events [][]byte) error
+	// FollowEvents calls fn for every event after seq `after`, in order,
+	// waiting for new ones until the run ends; it returns nil once the run
+	// ended and fn saw every event, or fn's error, or ctx's.
+	FollowEvents(ctx context.Context, k Key, runID string, after int64, fn func(Event) error) error
+}
+
+// Audit lists threads and tenants.
+type Audit interface {
+	ListThreads(ctx context.Context, q ThreadQuery) (ThreadPage, error)
+	ListTenants(ctx context.Context) ([]string, error)
+}
+
+// Sessions keeps stable per-(connection, model) session ids.
+type Sessions interface {
+	// SessionID returns the stored id for (connection, model), storing
+	// candidate first if there is none.
+	SessionID(ctx context.Context, connection, model, candidate string) (string, error)
+}
+
+// Store is everything a backend provides.
+type Store interface {
+	Threads
+	Runs
+	Events
+	Audit
+	Sessions
+	// Ping reports whether the backend is reachable (readiness).
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// CheckFinish validates a Finish before a backend applies it.
+func CheckFinish(f *Finish) error {
+	if !f.Status.Final() {
+		return fmt.Errorf("%w: finish with status %q", ErrIllegalTransition, f.Status)
+	}
+	if f.Transcript != nil {
+		if err := f.Transcript.Check(); err != nil {
+			return err
+		}
+	}
+	if f.Resumes != "" {
+		if err := ValidID(f.Resumes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
