@@ -1,0 +1,131 @@
+package adapters
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// splitPayloads turns fuzz input into payloads: one per line.
+func splitPayloads(in []byte) [][]byte { return bytes.Split(in, []byte("\n")) }
+
+func fuzzAssembler(f *testing.F, ad Adapter, seeds ...string) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		asm := ad.NewAssembler()
+		for _, p := range splitPayloads(in) {
+			_ = asm.Feed(p)
+		}
+		turn := asm.Result()
+		if !json.Valid(turn.Message) {
+			t.Fatalf("invalid message %q", turn.Message)
+		}
+		if turn.Error != nil && !json.Valid(turn.Error) {
+			t.Fatalf("invalid error %q", turn.Error)
+		}
+		asm.Reset()
+		if got := asm.Result(); !json.Valid(got.Message) || len(got.ToolCalls) != 0 {
+			t.Fatalf("reset left state: %s", got.Message)
+		}
+		_, _ = ad.ParseResponse(in)
+		_, _ = ad.StripAddedUsage(append([]byte(nil), in...))
+		if msgs, ok := ad.Messages(in); ok {
+			_ = ad.WalkMessages(msgs, func(Message) bool { return true })
+			out, _, err := ad.Restore(msgs, msgs, "deepseek-v4-flash")
+			if err == nil && !json.Valid(out) {
+				t.Fatalf("restore made invalid JSON %q", out)
+			}
+		}
+		HashMessage(in)
+	})
+}
+
+func FuzzOpenAIAssembler(f *testing.F) {
+	fuzzAssembler(f, deepSeekAd,
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"a\"b"}}],"usage":null}`+"\n"+
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":"{\"x"}}]}}]}`+"\n"+
+			`{"choices":[{"delta":{"tool_calls":[{"id":"d","function":{"arguments":"{}","name":"g"},"extra_content":{"google":{"thought_signature":"s"}}}]}}]}`+"\n"+
+			`{"choices":[],"usage":{"prompt_tokens":1,"prompt_tokens_details":{"cached_tokens":1}}}`+"\n[DONE]",
+		`{"messages":[{"role":"assistant","content":"","reasoning_content":"r","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"x"}]}`,
+		`{"choices":[{"message":{"role":"assistant","content":null,"refusal":null,"annotations":[],"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3}}`,
+		`{"error":{"message":"x"}}`,
+	)
+}
+
+func FuzzGeminiAssembler(f *testing.F) {
+	fuzzAssembler(f, geminiAd,
+		`{"candidates": [{"content": {"parts": [{"text": "**T**","thought": true}],"role": "model"},"index": 0}]}`+"\n"+
+			`{"candidates": [{"content": {"parts": [{"text": "hi \"x\""},{"functionCall": {"name": "f","args": {"a": 1}},"thoughtSignature": "S"}],"role": "model"}}]}`+"\n"+
+			`{"candidates": [{"content": {"parts": [{"text": "","thoughtSignature": "T"}],"role": "model"},"finishReason": "STOP"}],"usageMetadata": {"promptTokenCount": 2,"thoughtsTokenCount": 1}}`,
+		`{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f","args":{}},"thoughtSignature":"S"}]},{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}`,
+		`[{"candidates": [{"content": {"parts": [{"text": "a"}]},"finishReason": "STOP"}]}]`,
+		`{"promptFeedback": {"blockReason": "SAFETY"}}`,
+	)
+}
+
+// FuzzRawScanner checks the hot-path scanner agrees with gjson on valid
+// objects and never panics on anything.
+func FuzzRawScanner(f *testing.F) {
+	f.Add(`{"a": "x\"y", "b" :[1,{"c":null}], "d":true ,"e":-1.5e3}`)
+	f.Add(`[1, "2", [3], {"4":4}]`)
+	f.Add(`{"a":`)
+	f.Fuzz(func(t *testing.T, s string) {
+		var keys, vals []string
+		eachMember(s, func(k, v string) bool {
+			keys, vals = append(keys, k), append(vals, v)
+			return true
+		})
+		eachElement(s, func(string) bool { return true })
+		if !gjson.Valid(s) {
+			return
+		}
+		r := gjson.Parse(s)
+		if !r.IsObject() {
+			return
+		}
+		i := 0
+		r.ForEach(func(k, v gjson.Result) bool {
+			if i >= len(keys) || keys[i] != k.Raw || vals[i] != v.Raw {
+				t.Fatalf("member %d: scanner %q=%q, gjson %q=%q", i, keys, vals, k.Raw, v.Raw)
+			}
+			i++
+			return true
+		})
+		if i != len(keys) {
+			t.Fatalf("scanner saw %d members, gjson %d", len(keys), i)
+		}
+	})
+}
+
+func FuzzArrayReader(f *testing.F) {
+	f.Add([]byte("[{\"a\": [1, \"]\"]}\r\n,\r\n{\"b\": \"\\\"\"}\n]\n"), uint8(3))
+	f.Add([]byte("[]"), uint8(1))
+	f.Add([]byte("[1, \"x\", null]"), uint8(2))
+	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
+		r := NewArrayReader(&chunked{in, int(chunk%8) + 1}, 1<<16)
+		var cat []byte
+		for {
+			raw, val, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				cat = append(cat, r.Tail()...)
+				if !bytes.Equal(cat, in) {
+					t.Fatalf("Raw+Tail %q != input %q", cat, in)
+				}
+				return
+			}
+			if err != nil {
+				return
+			}
+			if !bytes.HasSuffix(raw, val) {
+				t.Fatalf("value %q not at the end of raw %q", val, raw)
+			}
+			cat = append(cat, raw...)
+		}
+	})
+}
