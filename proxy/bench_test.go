@@ -1,0 +1,82 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// benchUpstream is a minimal fasthttp upstream, so a benchmark measures the
+// proxy and not the mock: a fixed chat completion, or a fixed stream.
+func benchUpstream(b *testing.B) string {
+	b.Helper()
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how can I help?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":7,"total_tokens":16}}`)
+	var stream strings.Builder
+	for i := 0; i < 20; i++ {
+		stream.WriteString(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
+	}
+	stream.WriteString(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+	streamBody := []byte(stream.String())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		if strings.Contains(string(ctx.PostBody()), `"stream":true`) {
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) { _, _ = w.Write(streamBody); _ = w.Flush() })
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Shutdown() })
+	return "http://" + ln.Addr().String()
+}
+
+// BenchmarkPassThrough measures a non-stream and a stream request sent
+// straight to a fasthttp upstream and through chronicle (persistence off), so
+// the difference is chronicle's added cost per request on loopback.
+func BenchmarkPassThrough(b *testing.B) {
+	up := benchUpstream(b)
+	p := startProxy(b, nil, `
+connections:
+  - {name: openai, provider: openai, base_url: "`+up+`", persist: false}
+`)
+	client := &fasthttp.Client{MaxConnsPerHost: 512}
+	for _, c := range []struct{ name, body string }{
+		{"non-stream", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`},
+		{"stream", `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		for _, target := range []struct{ name, url string }{
+			{"direct", up + "/v1/chat/completions"},
+			{"chronicle", p.URL + "/openai/v1/chat/completions"},
+		} {
+			b.Run(c.name+"/"+target.name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					req := fasthttp.AcquireRequest()
+					resp := fasthttp.AcquireResponse()
+					defer fasthttp.ReleaseRequest(req)
+					defer fasthttp.ReleaseResponse(resp)
+					for pb.Next() {
+						req.SetRequestURI(target.url)
+						req.Header.SetMethod("POST")
+						req.Header.Set("Authorization", "Bearer k")
+						req.SetBodyString(c.body)
+						if err := client.Do(req, resp); err != nil {
+							b.Fatal(err)
+						}
+						if resp.StatusCode() != 200 || len(resp.Body()) == 0 {
+							b.Fatalf("status %d", resp.StatusCode())
+						}
+					}
+				})
+			})
+		}
+	}
+}
