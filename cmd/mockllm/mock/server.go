@@ -318,7 +318,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	e := s.record(r, body)
-	h := &handling{s: s, w: w, r: r, e: e, body: body}
+	h := &handling{s: s, w: w, r: r, e: e, body: body, k: knobs{cutAfter: -1}}
 	defer func() { s.finish(e, h.canceled || r.Context().Err() != nil && !h.completed) }()
 	if err != nil {
 		h.canceled = true
