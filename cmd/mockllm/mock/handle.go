@@ -137,6 +137,7 @@ func credential(r *http.Request) string {
 }
 
 func (h *handling) serve() {
+	h.k.cutAfter = -1 // knobs are parsed only for known routes; until then none apply
 	p, model, geminiStream, ok := route(h.r.URL.Path, h.body)
 	if !ok {
 		h.mockError(http.StatusNotFound, "unknown path "+h.r.URL.Path)
