@@ -42,3 +42,6 @@ func writeError(ctx *fasthttp.RequestCtx, ad adapters.Adapter, e apiError) {
 	}
 	ctx.SetBody(ad.ErrorBody(e.status, e.code, e.message))
 }
+
+// Error lets an apiError travel as an error until it is written.
+func (e *apiError) Error() string { return e.code + ": " + e.message }

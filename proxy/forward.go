@@ -72,6 +72,16 @@ type exchange struct {
 	// asm assembles a generate stream's turn; it also tells whether the
 	// provider's terminal marker arrived. nil for pass-through streams.
 	asm adapters.Assembler
+	// turn persists the exchange; nil when nothing is stored.
+	turn *turn
+	// extraHeaders are the adapter's header edits (session ids).
+	extraHeaders []adapters.Header
+	// addedUsage: chronicle asked for stream usage the client did not, and
+	// strips it from what the client receives.
+	addedUsage bool
+	// detach: a client that leaves does not stop the upstream; the run is
+	// read to its end and stored.
+	detach bool
 }
 
 // forward sends the request to the connection's upstream and relays the
@@ -102,11 +112,29 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	ex := &exchange{s: s, up: up, ad: shape, tenant: tenant,
 		req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse(), clientConn: ctx.Conn()}
 	ex.op = shape.Classify(string(ctx.Method()), string(rest), string(ctx.URI().QueryString()), ctx.PostBody())
-	ex.buildRequest(ctx, rest, poolKey, cred)
+	body := ctx.PostBody()
+	if ex.op.Kind == adapters.OpGenerate && up.cfg.PersistEnabled() && s.store != nil {
+		var ok bool
+		if ex.turn, body, ok = s.beginTurn(ctx, ex, body); !ok {
+			ex.release()
+			return
+		}
+	}
+	switch string(ctx.Request.Header.Peek("X-On-Disconnect")) {
+	case "detach":
+		ex.detach = true
+	case "abort":
+	default:
+		ex.detach = up.cfg.OnDisconnect == "detach"
+	}
+	ex.buildRequest(ctx, rest, poolKey, cred, body)
 
 	deadline := time.Now().Add(up.cfg.Timeouts.FirstByte.D())
 	if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
 		ex.release()
+		if ex.turn != nil {
+			ex.turn.finish(outcome{reason: "upstream_unreachable", status: 502})
+		}
 		s.writeUpstreamError(ctx, shape, err)
 		return
 	}
@@ -115,17 +143,37 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	ex.req = nil
 	ex.copyResponseHead(ctx)
 
+	ok := ex.resp.StatusCode() < 300
 	switch {
 	case bytes.HasPrefix(ex.resp.Header.ContentType(), []byte("text/event-stream")):
 		ctx.Response.Header.Del("Content-Length")
-		if ex.op.Kind == adapters.OpGenerate && ex.resp.StatusCode() < 300 {
+		if ex.op.Kind == adapters.OpGenerate && ok {
 			ex.asm = ex.ad.NewAssembler()
+			if ex.turn != nil {
+				ex.turn.events = newEventLog(ex.turn)
+			}
 		}
 		ctx.SetBodyStreamWriter(ex.relaySSE)
 	case ex.resp.Header.ContentLength() < 0:
+		if ex.op.Kind == adapters.OpGenerate && ok && ex.op.Framing == adapters.FramingJSONArray {
+			ex.asm = ex.ad.NewAssembler()
+		}
 		ctx.SetBodyStreamWriter(ex.relayChunks)
 	default:
-		ctx.SetBody(ex.resp.Body())
+		body := ex.resp.Body()
+		if t := ex.turn; t != nil {
+			// The turn is stored before the client sees the answer, so a
+			// 2xx always means the turn is kept.
+			o := outcome{status: ex.resp.StatusCode()}
+			if ok {
+				o.turn, _ = ex.ad.ParseResponse(body)
+				o.response = body
+			} else {
+				o.errBody = body
+			}
+			t.finish(o)
+		}
+		ctx.SetBody(body)
 		ex.release()
 	}
 }
@@ -140,7 +188,7 @@ func (u *upstream) pickKey() config.Secret {
 // the path after the connection segment appended to base_url, query, body,
 // and every header but hop-by-hop ones and chronicle's own. With a pool key,
 // the client's credential is removed and the pool key set the provider's way.
-func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey config.Secret, cred credential) {
+func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey config.Secret, cred credential, body []byte) {
 	req := ex.req
 	src := &ctx.Request
 	if poolKey != "" && cred == credQueryKey {
@@ -182,7 +230,10 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 			req.Header.Set("Authorization", "Bearer "+poolKey.Reveal())
 		}
 	}
-	req.SetBodyRaw(src.Body())
+	for _, h := range ex.extraHeaders {
+		req.Header.Set(h.Name, h.Value)
+	}
+	req.SetBodyRaw(body)
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -226,30 +277,76 @@ func (s *Server) writeUpstreamError(ctx *fasthttp.RequestCtx, shape adapters.Ada
 }
 
 // relayChunks copies a body of unknown length (such as Gemini's streamed
-// JSON array) to the client as it arrives, flushing after every read.
+// JSON array) to the client as it arrives, flushing after every read. For a
+// generate stream it also reads the array's elements for the assembler.
 func (ex *exchange) relayChunks(w *bufio.Writer) {
 	defer ex.release()
-	body := ex.resp.BodyStream()
-	buf := bufPool.Get().(*[]byte)
-	defer bufPool.Put(buf)
-	if cap(*buf) < 16<<10 {
-		*buf = make([]byte, 16<<10)
-	}
-	b := (*buf)[:cap(*buf)]
-	for {
-		n, err := body.Read(b)
-		if n > 0 {
-			if _, werr := w.Write(b[:n]); werr != nil {
-				return
+	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex}
+	var o outcome
+	o.status = ex.resp.StatusCode()
+	if ex.asm != nil {
+		ar := adapters.NewArrayReader(tee, ex.s.cfg.Limits.MaxSSELineBytes)
+		for {
+			_, value, err := ar.Next()
+			if err != nil {
+				break
 			}
-			if werr := w.Flush(); werr != nil {
-				return
+			_ = ex.asm.Feed(value)
+		}
+		// Whatever the array reader left unread still goes to the client.
+		_, _ = io.Copy(io.Discard, tee)
+		o.turn = ex.asm.Result()
+	} else {
+		_, _ = io.Copy(io.Discard, tee)
+		if o.status >= 300 {
+			o.errBody = tee.head
+		}
+	}
+	if tee.clientGone && !ex.detach {
+		o.aborted, o.reason = true, "client_disconnected"
+	}
+	if ex.turn != nil {
+		ex.turn.finish(o)
+	}
+}
+
+// chunkTee forwards every chunk it reads from the upstream to the client
+// before handing it to its reader. A client that leaves stops the upstream
+// unless the exchange is detached.
+type chunkTee struct {
+	w          *bufio.Writer
+	src        io.Reader
+	ex         *exchange
+	clientGone bool
+	head       []byte // the first bytes, kept for an error body
+}
+
+func (c *chunkTee) Read(p []byte) (int, error) {
+	n, err := c.src.Read(p)
+	if n > 0 {
+		if len(c.head) < 64<<10 {
+			c.head = append(c.head, p[:n]...)
+		}
+		if !c.clientGone {
+			if _, werr := c.w.Write(p[:n]); werr != nil || c.ex.flush(c.w) != nil {
+				c.clientGone = true
+				if !c.ex.detach {
+					return n, io.ErrUnexpectedEOF
+				}
 			}
 		}
-		if err != nil {
-			return
-		}
 	}
+	return n, err
+}
+
+// flush sends what is buffered to the client. Each flush gets its own write
+// deadline: a client that stops reading is cut off, a stream that keeps
+// flowing never is.
+func (ex *exchange) flush(w *bufio.Writer) error {
+	if c := ex.clientConn; c != nil {
+		_ = c.SetWriteDeadline(time.Now().Add(ex.s.cfg.Limits.WriteTimeout.D()))
+	}
+	return w.Flush()
 }
 
 // heartbeat is the SSE comment sent during upstream silence. SSE parsers
@@ -267,12 +364,12 @@ type upstreamEvent struct {
 // goroutine pulls events from the upstream and hands each over unbuffered;
 // it reads the next one only after this loop has written (and flushed) the
 // last, so event buffers are reused and nothing piles up. Meanwhile the loop
-// sends heartbeats during silence and enforces the idle and total clocks.
+// sends heartbeats during silence, enforces the idle and total clocks, and
+// tees each forwarded event to the assembler and the run's event log.
 func (ex *exchange) relaySSE(w *bufio.Writer) {
 	defer ex.release()
 	cfg := ex.up.cfg
 	limits := ex.s.cfg.Limits
-	conn := w // for clarity: the client side
 	reader := sse.NewReader(ex.resp.BodyStream(), limits.MaxSSELineBytes)
 
 	events := make(chan upstreamEvent)
@@ -299,75 +396,103 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 			}
 		}
 	}()
+	stopped := false
 	abort := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		close(stop)
 		_ = ex.resp.CloseBodyStream() // interrupts a read in flight
 		wg.Wait()
 	}
+	endReader := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
 
-	start := time.Now()
-	lastEvent := start
+	o := outcome{status: ex.resp.StatusCode()}
+	var errHead []byte
+	var cancelled <-chan struct{}
+	if ex.turn != nil {
+		cancelled = ex.turn.cancelled
+	}
+	clientGone := false
+	write := func(b []byte) {
+		if clientGone {
+			return
+		}
+		if _, err := w.Write(b); err != nil || ex.flush(w) != nil {
+			clientGone = true
+		}
+	}
+	fail := func(e apiError) {
+		abort()
+		write(ex.ad.StreamErrorEvent(e.status, e.code, e.message))
+		o.reason = e.code
+	}
+
+	lastEvent := time.Now()
 	hbEvery := limits.Heartbeat.D()
 	idle := cfg.Timeouts.Idle.D()
 	hb := time.NewTimer(hbEvery)
 	defer hb.Stop()
 	idleTimer := time.NewTimer(idle)
 	defer idleTimer.Stop()
-	total := time.NewTimer(cfg.Timeouts.Total.D() - time.Since(start))
+	total := time.NewTimer(cfg.Timeouts.Total.D())
 	defer total.Stop()
-	writeTimeout := limits.WriteTimeout.D()
 
-	flush := func() error {
-		// Each flush gets its own deadline: a client that stops reading
-		// is cut off, a stream that keeps flowing never is.
-		if c := ex.clientConn; c != nil {
-			_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
-		}
-		return conn.Flush()
-	}
-	fail := func(e apiError) {
-		abort()
-		_, _ = conn.Write(ex.ad.StreamErrorEvent(e.status, e.code, e.message))
-		_ = flush()
-	}
-
+loop:
 	for {
 		select {
 		case m := <-events:
-			if m.err != nil && m.ev == nil {
+			if m.ev != nil {
+				lastEvent = time.Now()
+				raw := m.ev.Raw
+				drop := false
+				if ex.addedUsage && m.ev.Kind == sse.KindEvent {
+					raw, drop = ex.ad.StripAddedUsage(raw)
+				}
+				if ex.asm != nil && m.ev.Kind == sse.KindEvent && m.ev.HasData {
+					if err := ex.asm.Feed(m.ev.Data); err != nil {
+						ex.s.log.Debug("unreadable stream event", "connection", cfg.Name, "err", err)
+					}
+				}
+				if o.status >= 300 && len(errHead) < 64<<10 {
+					errHead = append(errHead, raw...)
+				}
+				if !drop {
+					write(raw)
+					if ex.turn != nil && ex.turn.events != nil && m.ev.Kind == sse.KindEvent {
+						ex.turn.events.add(raw)
+					}
+				}
+				if clientGone && !ex.detach {
+					abort() // the client left: stop the upstream request
+					o.aborted, o.reason = true, "client_disconnected"
+					break loop
+				}
+			}
+			if m.err != nil {
+				endReader()
 				if !errors.Is(m.err, io.EOF) {
 					ex.s.log.Warn("upstream stream failed", "connection", cfg.Name, "err", m.err)
-					fail(apiError{status: fasthttp.StatusBadGateway, code: codeStreamTruncated,
-						message: "The upstream stream broke off before its end."})
-					return
-				}
-				close(stop)
-				wg.Wait()
-				if ex.asm != nil && !ex.asm.Result().Terminal {
+					write(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+						"The upstream stream broke off before its end."))
+					o.reason = codeStreamTruncated
+				} else if ex.asm != nil && !ex.asm.Result().Terminal {
 					// The upstream closed cleanly but without its end
 					// marker: the answer is cut short, and the client
 					// must not take it for a whole one.
 					ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", cfg.Name)
-					_, _ = conn.Write(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+					write(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
 						"The upstream stream ended before its end marker; the answer is incomplete."))
-					_ = flush()
+					o.reason = codeStreamTruncated
 				}
-				return
-			}
-			lastEvent = time.Now()
-			if ex.asm != nil && m.ev.Kind == sse.KindEvent && m.ev.HasData {
-				if err := ex.asm.Feed(m.ev.Data); err != nil {
-					ex.s.log.Debug("unreadable stream event", "connection", cfg.Name, "err", err)
-				}
-			}
-			if _, err := conn.Write(m.ev.Raw); err != nil || flush() != nil {
-				abort() // the client left: stop the upstream request
-				return
-			}
-			if m.err != nil {
-				close(stop)
-				wg.Wait()
-				return
+				break loop
 			}
 			next <- struct{}{}
 		case <-hb.C:
@@ -375,9 +500,11 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 				hb.Reset(wait)
 				continue
 			}
-			if _, err := conn.Write(heartbeat); err != nil || flush() != nil {
+			write(heartbeat)
+			if clientGone && !ex.detach {
 				abort()
-				return
+				o.aborted, o.reason = true, "client_disconnected"
+				break loop
 			}
 			hb.Reset(hbEvery)
 		case <-idleTimer.C:
@@ -387,11 +514,23 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 			}
 			fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamIdleTimeout,
 				message: "The upstream sent nothing for longer than the connection's timeouts.idle."})
-			return
+			break loop
 		case <-total.C:
 			fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamTotalTimeout,
 				message: "The upstream stream ran longer than the connection's timeouts.total."})
-			return
+			break loop
+		case <-cancelled:
+			abort()
+			write(ex.ad.StreamErrorEvent(499, "run_cancelled", "The run was cancelled."))
+			o.aborted, o.reason = true, "cancelled"
+			break loop
 		}
+	}
+	if ex.turn != nil {
+		if ex.asm != nil {
+			o.turn = ex.asm.Result()
+		}
+		o.errBody = errHead
+		ex.turn.finish(o)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
 
@@ -31,19 +32,26 @@ var Version = "dev"
 type Options struct {
 	// Logger receives the server's log; nil means slog.Default().
 	Logger *slog.Logger
-	// Ready reports whether the server can take traffic (the store is
-	// reachable); nil means always ready.
-	Ready func(context.Context) error
+	// Store keeps threads and runs; nil means nothing is persisted (every
+	// connection behaves as persist: false).
+	Store store.Store
+	// ReplicaID names this process in run records and leases; empty means
+	// a random one.
+	ReplicaID string
 }
 
 // Server is a running chronicle proxy.
 type Server struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	ready   func(context.Context) error
-	clients *clientTable
-	conns   map[string]*upstream
-	srv     *fasthttp.Server
+	cfg       *config.Config
+	log       *slog.Logger
+	store     store.Store
+	replicaID string
+	// storeTimeout bounds one store call on the request path.
+	storeTimeout time.Duration
+	metrics      serverMetrics
+	clients      *clientTable
+	conns        map[string]*upstream
+	srv          *fasthttp.Server
 
 	draining atomic.Bool
 }
@@ -101,11 +109,16 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{
-		cfg:     cfg,
-		log:     log,
-		ready:   opts.Ready,
-		clients: newClientTable(cfg.Clients),
-		conns:   make(map[string]*upstream, len(cfg.Connections)),
+		cfg:          cfg,
+		log:          log,
+		store:        opts.Store,
+		replicaID:    opts.ReplicaID,
+		storeTimeout: 5 * time.Second,
+		clients:      newClientTable(cfg.Clients),
+		conns:        make(map[string]*upstream, len(cfg.Connections)),
+	}
+	if s.replicaID == "" {
+		s.replicaID = newID("replica_")
 	}
 	for i := range cfg.Connections {
 		c := &cfg.Connections[i]
@@ -235,10 +248,10 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString(`{"status":"draining"}`)
 		return
 	}
-	if s.ready != nil {
+	if s.store != nil {
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := s.ready(c); err != nil {
+		if err := s.store.Ping(c); err != nil {
 			s.log.Warn("readiness check failed", "err", err)
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 			ctx.SetBodyString(`{"status":"store_unavailable"}`)

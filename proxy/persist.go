@@ -1,0 +1,710 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/repair"
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/valyala/fasthttp"
+)
+
+// Thread modes (X-Thread-Mode).
+const (
+	modeReplace = "replace"
+	modeAppend  = "append"
+)
+
+// turn is the persistence side of one generate request: the thread lease,
+// the history as composed, restored and repaired, and what the run record
+// will say. Created per request; used by the handler and then by the
+// goroutine that relays the answer, never by both at once.
+type turn struct {
+	s     *Server
+	st    store.Store
+	ad    adapters.Adapter
+	up    *upstream
+	key   store.Key
+	runID string
+	lease store.Lease
+	mode  string
+	model string
+
+	storedHashes []store.Hash // the thread as loaded, for the transcript diff
+	parts        [][]byte     // the messages sent upstream, one slice each
+	hashes       []store.Hash
+	system       []byte
+	startSaved   bool // the pending input was written at the start
+
+	sessionID   *string
+	repairs     []byte // JSON arrays for the run record
+	restored    []byte
+	interrupted []byte
+
+	resumes string   // the parked run whose calls this run answers
+	resolve []string // its interrupts answered by a result
+	cancel  []string // its interrupts repair had to answer
+
+	events    *eventLog
+	stopRenew context.CancelFunc
+	renewDone chan struct{}
+	cancelled chan struct{} // closed when another replica asked the run to stop
+}
+
+// beginTurn takes the thread lease, composes the history the upstream will
+// receive and returns the body to send. It answers the request itself (and
+// returns ok=false) when the request is refused or answered from the store.
+// persisted=false means the store was unreachable and on_store_error is
+// pass: forward without persisting.
+func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) (t *turn, out []byte, ok bool) {
+	ad := ex.ad
+	threadID := ctx.Request.Header.Peek("X-Thread-Id")
+	if len(threadID) == 0 {
+		threadID = []byte(newID("thr_"))
+	} else if !validID(threadID) {
+		writeError(ctx, ad, apiError{status: 400, code: "invalid_thread_id",
+			message: "X-Thread-Id must be 1-128 characters of [A-Za-z0-9._:-]."})
+		return nil, nil, false
+	}
+	runID := ctx.Request.Header.Peek("X-Run-Id")
+	if len(runID) == 0 {
+		runID = []byte(newID("run_"))
+	} else if !validID(runID) {
+		writeError(ctx, ad, apiError{status: 400, code: "invalid_run_id",
+			message: "X-Run-Id must be 1-128 characters of [A-Za-z0-9._:-]."})
+		return nil, nil, false
+	}
+	mode := modeReplace
+	switch m := string(ctx.Request.Header.Peek("X-Thread-Mode")); m {
+	case "", modeReplace:
+	case modeAppend:
+		mode = modeAppend
+	default:
+		writeError(ctx, ad, apiError{status: 400, code: "invalid_thread_mode",
+			message: "X-Thread-Mode must be replace or append."})
+		return nil, nil, false
+	}
+	messages, _ := ad.Messages(body)
+	empty := isEmptyArray(messages)
+
+	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
+		runID: string(runID), mode: mode, model: ex.op.Model}
+	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+	defer cancel()
+
+	if empty {
+		// Continue a stored thread: it must exist, and a refused request
+		// creates no run.
+		if _, err := s.store.LoadThread(rctx, t.key); errors.Is(err, store.ErrNotFound) {
+			writeError(ctx, ad, apiError{status: 404, code: "thread_not_found",
+				message: "An empty messages array continues a stored thread, and this X-Thread-Id names none."})
+			return nil, nil, false
+		} else if err != nil {
+			return s.storeFailed(ctx, ex, err, body)
+		}
+	}
+
+	started, err := s.store.StartRun(rctx, store.StartRun{
+		Key: t.key, RunID: t.runID, Owner: s.replicaID, TTL: s.cfg.Leases.TTL.D(),
+		Fingerprint: fingerprint(body), Model: t.model,
+	})
+	switch {
+	case errors.Is(err, store.ErrLeaseHeld):
+		retry := int(time.Until(started.Lease.Expires).Seconds()) + 1
+		if retry < 1 {
+			retry = 1
+		}
+		writeError(ctx, ad, apiError{status: 409, code: "thread_busy", retryAfter: retry,
+			message: "Another run is in flight on this thread; retry when it ends."})
+		return nil, nil, false
+	case errors.Is(err, store.ErrConflict):
+		writeError(ctx, ad, apiError{status: 409, code: "run_id_conflict",
+			message: "X-Run-Id names a run of another thread, or was used with a different request body."})
+		return nil, nil, false
+	case errors.Is(err, store.ErrInvalid):
+		writeError(ctx, ad, apiError{status: 400, code: codeBadRequest, message: "The thread or run id is not valid."})
+		return nil, nil, false
+	case err != nil:
+		return s.storeFailed(ctx, ex, err, body)
+	}
+	ctx.Response.Header.Set("X-Thread-Id", t.key.Thread)
+	ctx.Response.Header.Set("X-Run-Id", t.runID)
+	if !started.Created {
+		s.answerFromStore(ctx, ex, t.key, started.Run)
+		return nil, nil, false
+	}
+	t.lease = started.Lease
+
+	out, err = t.compose(rctx, ctx, ex, body, messages, empty)
+	if err != nil {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = &apiError{status: 400, code: codeBadRequest, message: "The request body could not be read as this provider's JSON."}
+		}
+		t.abandon("bad_request")
+		writeError(ctx, ad, *ae)
+		return nil, nil, false
+	}
+
+	// The pending turn, so a crash mid-stream still leaves the input
+	// behind. Best effort: a failure here does not stop the run.
+	if err := s.store.SaveTranscript(rctx, t.lease, t.transcriptFrom(t.storedHashes, t.parts, t.hashes)); err != nil {
+		s.log.Warn("saving the pending turn failed", "thread", t.key.Thread, "err", err)
+	} else {
+		t.startSaved = true
+	}
+	t.startRenewing()
+	return t, out, true
+}
+
+// storeFailed applies on_store_error when the store cannot be reached at a
+// run's start: fail answers 503, pass forwards without persisting.
+func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, body []byte) (*turn, []byte, bool) {
+	s.metrics.storeErrors.Add(1)
+	s.log.Warn("store unavailable at run start", "connection", ex.up.cfg.Name, "err", err)
+	if ex.up.cfg.OnStoreError == "pass" {
+		s.metrics.unpersisted.Add(1)
+		ctx.Response.Header.Set("X-Persisted", "false")
+		return nil, body, true
+	}
+	writeError(ctx, ex.ad, apiError{status: 503, code: "store_unavailable", retryAfter: 1,
+		message: "The conversation store is unreachable, so the request was not sent upstream."})
+	return nil, nil, false
+}
+
+// isEmptyArray reports whether raw is absent or a JSON array with no element.
+func isEmptyArray(raw []byte) bool {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return true
+	}
+	if raw[0] != '[' {
+		return false
+	}
+	return len(bytes.TrimSpace(raw[1:len(raw)-1])) == 0
+}
+
+// compose builds the history the upstream receives: load → restore →
+// repair, then the session id and usage options. It sets the response's
+// X-Repaired, X-Interrupted-Calls and X-Restored headers.
+func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, body, messages []byte, empty bool) ([]byte, error) {
+	ad := t.ad
+	thread, err := t.st.LoadThread(rctx, t.key)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	t.storedHashes = thread.Hashes
+	stored := joinArray(thread.Messages)
+
+	// Compose.
+	var composed []byte
+	switch {
+	case empty:
+		composed = stored
+	case t.mode == modeAppend && len(thread.Messages) > 0:
+		composed = concatArrays(stored, messages)
+	default:
+		composed = messages
+	}
+	// Gemini's systemInstruction: a request that carries one sets it;
+	// append and continue requests without one get the stored one; a
+	// replace request without one clears it.
+	sys := ad.System(body)
+	if sys == nil && (empty || t.mode == modeAppend) && thread.System != nil {
+		sys = thread.System
+		if body, err = ad.SetSystem(body, sys); err != nil {
+			return nil, err
+		}
+	}
+	t.system = sys
+
+	// Restore fields the client dropped, from the stored thread.
+	var restoredList []adapters.Restored
+	if len(thread.Messages) > 0 && !empty {
+		if composed, restoredList, err = ad.Restore(composed, stored, t.model); err != nil {
+			return nil, err
+		}
+	}
+
+	// Repair.
+	var rep repair.Result
+	opts := repair.Options{ReadOnlyTools: t.up.cfg.ReadOnlyTools}
+	switch ad.Format() {
+	case adapters.FormatGemini:
+		rep, err = repair.Gemini(composed, opts)
+	default:
+		rep, err = repair.OpenAIChat(composed, opts)
+	}
+	if err != nil {
+		return nil, &apiError{status: 400, code: codeBadRequest, message: "The messages array is not a JSON array."}
+	}
+	composed = rep.Messages
+
+	// Split into messages and hash them, and find the parked run whose
+	// calls this history answers.
+	var results map[string]bool
+	err = ad.WalkMessages(composed, func(m adapters.Message) bool {
+		t.parts = append(t.parts, m.Raw)
+		t.hashes = append(t.hashes, store.Hash(adapters.HashMessage(m.Raw)))
+		for _, r := range m.Results {
+			if results == nil {
+				results = map[string]bool{}
+			}
+			results[r.CallID] = true
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.findParked(rctx, thread, results, rep.Interrupted)
+
+	if !bytes.Equal(composed, messages) {
+		if body, err = ad.SetMessages(body, composed); err != nil {
+			return nil, err
+		}
+	}
+	up, err := ad.PrepareUpstream(body, threadSessionID(t.key.Tenant, t.key.Thread), ex.op.Stream)
+	if err != nil {
+		return nil, err
+	}
+	ex.extraHeaders = up.Headers
+	if up.SessionID != "" {
+		sid := up.SessionID
+		t.sessionID = &sid
+	}
+	ex.addedUsage = up.AddedUsage
+
+	// Audit ledger entries and response headers.
+	t.repairs = appendEdits(nil, rep.Edits)
+	t.interrupted = appendCalls(nil, rep.Interrupted)
+	t.restored = appendRestored(nil, restoredList)
+	if len(rep.Edits) > 0 {
+		ctx.Response.Header.Set("X-Repaired", strconv.Itoa(len(rep.Edits)))
+	}
+	if len(rep.Interrupted) > 0 {
+		ids := make([]string, len(rep.Interrupted))
+		for i, c := range rep.Interrupted {
+			ids[i] = c.ID
+		}
+		ctx.Response.Header.Set("X-Interrupted-Calls", strings.Join(ids, ","))
+	}
+	if len(restoredList) > 0 {
+		fields := make([]string, len(restoredList))
+		for i, r := range restoredList {
+			fields[i] = r.Field
+		}
+		ctx.Response.Header.Set("X-Restored", strings.Join(fields, ","))
+	}
+	return up.Body, nil
+}
+
+// findParked looks for the run this request resumes: a thread whose last
+// stored message made tool calls was parked by an interrupted run. Its
+// pending calls are resolved when the history now carries their results and
+// cancelled when repair had to answer them.
+func (t *turn) findParked(rctx context.Context, thread store.Thread, results map[string]bool, repaired []repair.Call) {
+	n := len(thread.Messages)
+	if n == 0 {
+		return
+	}
+	hasCalls := false
+	_ = t.ad.WalkMessages(joinArray(thread.Messages[n-1:]), func(m adapters.Message) bool {
+		hasCalls = len(m.Calls) > 0
+		return false
+	})
+	if !hasCalls {
+		return
+	}
+	runs, err := t.st.ListRuns(rctx, t.key)
+	if err != nil {
+		return
+	}
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
+		if r.Status != store.Interrupted || r.ResumedBy != "" {
+			continue
+		}
+		for _, in := range r.Interrupts {
+			if in.Status != store.Pending {
+				continue
+			}
+			if results[in.CallID] && !repairedCall(repaired, in.CallID) {
+				t.resolve = append(t.resolve, in.CallID)
+			} else {
+				t.cancel = append(t.cancel, in.CallID)
+			}
+		}
+		t.resumes = r.ID
+		return
+	}
+}
+
+func repairedCall(calls []repair.Call, id string) bool {
+	for _, c := range calls {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// transcriptFrom is the write that turns a thread hashed as stored into next.
+func (t *turn) transcriptFrom(stored []store.Hash, next [][]byte, hashes []store.Hash) store.Transcript {
+	tr := store.Diff(stored, next, hashes)
+	tr.System = t.system
+	tr.Connection = t.up.cfg.Name
+	tr.Format = string(t.ad.Format())
+	tr.Model = t.model
+	return tr
+}
+
+// startRenewing renews the lease every third of its TTL while the run
+// streams, and notices cancel requests from other replicas.
+func (t *turn) startRenewing() {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.stopRenew = cancel
+	t.renewDone = make(chan struct{})
+	t.cancelled = make(chan struct{})
+	every := t.s.cfg.Leases.TTL.D() / 3
+	go func() {
+		defer close(t.renewDone)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		cancelSeen := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, c := context.WithTimeout(ctx, t.s.storeTimeout)
+			ren, err := t.st.Renew(rctx, t.lease, store.RunPatch{})
+			c()
+			if err != nil {
+				if ctx.Err() == nil {
+					t.s.log.Warn("lease renewal failed", "thread", t.key.Thread, "run", t.runID, "err", err)
+				}
+				continue
+			}
+			if ren.CancelRequested && !cancelSeen {
+				cancelSeen = true
+				close(t.cancelled)
+			}
+		}
+	}()
+}
+
+func (t *turn) stopRenewing() {
+	if t.stopRenew != nil {
+		t.stopRenew()
+		<-t.renewDone
+		t.stopRenew = nil
+	}
+}
+
+// abandon ends a run that never reached the upstream.
+func (t *turn) abandon(reason string) {
+	t.stopRenewing()
+	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
+	defer cancel()
+	if err := t.st.Finish(rctx, t.lease, store.Finish{Status: store.Failed, Reason: reason}); err != nil {
+		t.s.log.Warn("ending an abandoned run failed", "run", t.runID, "err", err)
+	}
+}
+
+// outcome is how the upstream exchange of a turn ended.
+type outcome struct {
+	status   int           // upstream HTTP status
+	turn     adapters.Turn // assembled answer (when the upstream answered 2xx)
+	errBody  []byte        // upstream error body
+	reason   string        // chronicle's reason for a failure or abort
+	aborted  bool          // the client left (on_disconnect: abort) or a cancel
+	response []byte        // non-stream body, for idempotent replay
+}
+
+// finish records the run's end: the transcript (what was sent plus the
+// reply, when the reply is whole) and the status, as one atomic step.
+func (t *turn) finish(o outcome) {
+	t.stopRenewing()
+	if t.events != nil {
+		t.events.close()
+	}
+	f := store.Finish{
+		Response:         o.response,
+		Repairs:          t.repairs,
+		Restored:         t.restored,
+		InterruptedCalls: t.interrupted,
+		SessionID:        t.sessionID,
+		Model:            t.model,
+		Resolve:          t.resolve,
+		Cancel:           t.cancel,
+		Resumes:          t.resumes,
+	}
+	if u := o.turn.Usage; u.Present {
+		f.Usage = &store.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
+	}
+	switch {
+	case o.aborted:
+		f.Status, f.Reason = store.Aborted, o.reason
+	case o.status >= 300:
+		f.Status, f.Reason, f.Error = store.Failed, "upstream_error", o.errBody
+	case o.reason != "":
+		f.Status, f.Reason, f.Error = store.Failed, o.reason, o.turn.Error
+	case !o.turn.Terminal:
+		f.Status, f.Reason = store.Failed, codeStreamTruncated
+	case o.turn.Error != nil:
+		f.Status, f.Reason, f.Error = store.Failed, "upstream_error", o.turn.Error
+	default:
+		f.Status = store.Completed
+		if o.turn.Finish == adapters.FinishToolCalls && len(o.turn.ToolCalls) > 0 {
+			f.Status = store.Interrupted
+			for _, c := range o.turn.ToolCalls {
+				id := c.ID
+				if id == "" {
+					id = c.Name
+				}
+				f.Interrupts = append(f.Interrupts, store.Interrupt{CallID: id, Name: c.Name, Status: store.Pending, RunID: t.runID})
+			}
+		}
+		reply := o.turn.Message
+		parts := append(t.parts[:len(t.parts):len(t.parts)], reply)
+		hashes := append(t.hashes[:len(t.hashes):len(t.hashes)], store.Hash(adapters.HashMessage(reply)))
+		var tr store.Transcript
+		if t.startSaved {
+			tr = t.transcriptFrom(t.hashes, parts, hashes)
+		} else {
+			tr = t.transcriptFrom(t.storedHashes, parts, hashes)
+		}
+		f.Transcript = &tr
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
+	defer cancel()
+	if err := t.st.Finish(rctx, t.lease, f); err != nil {
+		t.s.metrics.storeErrors.Add(1)
+		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
+		return
+	}
+	t.s.metrics.runs(f.Status)
+}
+
+// joinArray makes a JSON array of raw messages.
+func joinArray(msgs [][]byte) []byte {
+	n := 2
+	for _, m := range msgs {
+		n += len(m) + 1
+	}
+	out := make([]byte, 0, n)
+	out = append(out, '[')
+	for i, m := range msgs {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, m...)
+	}
+	return append(out, ']')
+}
+
+// concatArrays joins two JSON arrays.
+func concatArrays(a, b []byte) []byte {
+	a, b = bytes.TrimSpace(a), bytes.TrimSpace(b)
+	if isEmptyArray(a) {
+		return b
+	}
+	if isEmptyArray(b) {
+		return a
+	}
+	out := make([]byte, 0, len(a)+len(b))
+	out = append(out, a[:len(a)-1]...)
+	out = append(out, ',')
+	return append(out, b[1:]...)
+}
+
+func appendEdits(dst []byte, edits []repair.Edit) []byte {
+	dst = append(dst, '[')
+	for i, e := range edits {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"kind":`...)
+		dst = strconv.AppendQuote(dst, e.Kind)
+		dst = append(dst, `,"call_id":`...)
+		dst = appendNullableString(dst, e.CallID)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+func appendCalls(dst []byte, calls []repair.Call) []byte {
+	dst = append(dst, '[')
+	for i, c := range calls {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"call_id":`...)
+		dst = appendNullableString(dst, c.ID)
+		dst = append(dst, `,"name":`...)
+		dst = strconv.AppendQuote(dst, c.Name)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+func appendRestored(dst []byte, rs []adapters.Restored) []byte {
+	dst = append(dst, '[')
+	for i, r := range rs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"field":`...)
+		dst = strconv.AppendQuote(dst, r.Field)
+		dst = append(dst, `,"message_index":`...)
+		dst = strconv.AppendInt(dst, int64(r.MessageIndex), 10)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+func appendNullableString(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendQuote(dst, s)
+}
+
+// eventLog appends a run's events to the store in batches from its own
+// goroutine, so the relay never waits on the store. add copies the event
+// into a shared buffer (no allocation per event once the buffer has grown);
+// the writer takes the whole batch when it wakes.
+type eventLog struct {
+	t       *turn
+	mu      sync.Mutex
+	buf     []byte
+	ends    []int
+	next    int64 // seq of the first event in buf
+	wake    chan struct{}
+	done    chan struct{}
+	closing bool
+	failed  bool
+}
+
+func newEventLog(t *turn) *eventLog {
+	l := &eventLog{t: t, next: 1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go l.run()
+	return l
+}
+
+// add queues one event as forwarded to the client.
+func (l *eventLog) add(raw []byte) {
+	l.mu.Lock()
+	l.buf = append(l.buf, raw...)
+	l.ends = append(l.ends, len(l.buf))
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close writes what is queued and stops the writer.
+func (l *eventLog) close() {
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	<-l.done
+}
+
+func (l *eventLog) run() {
+	defer close(l.done)
+	var batch [][]byte
+	var data []byte
+	for range l.wake {
+		for {
+			l.mu.Lock()
+			if len(l.ends) == 0 {
+				closing := l.closing
+				l.mu.Unlock()
+				if closing {
+					return
+				}
+				break
+			}
+			// Swap the buffers: the relay keeps appending to a fresh one.
+			data, l.buf = l.buf, data[:0]
+			ends := l.ends
+			l.ends = nil
+			first := l.next
+			l.next += int64(len(ends))
+			l.mu.Unlock()
+
+			batch = batch[:0]
+			start := 0
+			for _, e := range ends {
+				batch = append(batch, data[start:e])
+				start = e
+			}
+			if !l.failed {
+				rctx, cancel := context.WithTimeout(context.Background(), l.t.s.storeTimeout)
+				err := l.t.st.AppendEvents(rctx, l.t.lease, first, batch)
+				cancel()
+				if err != nil {
+					// Later batches would leave a gap; the log stops
+					// here and the run's transcript is still written.
+					l.failed = true
+					l.t.s.metrics.storeErrors.Add(1)
+					l.t.s.log.Warn("event log append failed; replay of this run stops here", "run", l.t.runID, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// answerFromStore answers a retry whose X-Run-Id names an existing run:
+// the stored non-stream body, or the stored stream replayed (and followed,
+// if the run is still going), with no upstream call.
+func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store.Key, run store.Run) {
+	s.metrics.replayed.Add(1)
+	if !ex.op.Stream {
+		if run.Status.Ended() && run.Response != nil {
+			ctx.SetStatusCode(200)
+			ctx.SetContentType("application/json")
+			ctx.SetBody(run.Response)
+			return
+		}
+		if run.Status.Ended() && run.Error != nil {
+			ctx.SetStatusCode(502)
+			ctx.SetContentType("application/json")
+			ctx.SetBody(run.Error)
+			return
+		}
+		writeError(ctx, ex.ad, apiError{status: 409, code: "run_in_progress", retryAfter: 1,
+			message: "This X-Run-Id names a run that has not finished, or that left no answer to replay."})
+		return
+	}
+	ctx.SetStatusCode(200)
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	st := s.store
+	limit := ex.up.cfg.Timeouts.Total.D()
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		fctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		_ = st.FollowEvents(fctx, k, run.ID, 0, func(e store.Event) error {
+			if _, err := w.Write(e.Data); err != nil {
+				return err
+			}
+			return w.Flush()
+		})
+	})
+}
