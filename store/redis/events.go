@@ -1,0 +1,207 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chronicle-proxy/chronicle/store"
+)
+
+// AppendEvents appends a batch with XADD ids "<seq>-0" in one script, so a
+// retried batch skips what is stored.
+func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) error {
+	if first < 1 {
+		return fmt.Errorf("%w: first event %d", store.ErrInvalid, first)
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 5+len(events))
+	args = append(args, l.RunID, l.Token, first, s.opts.EventRetention.Milliseconds(), s.opts.MaxEvents)
+	for _, e := range events {
+		args = append(args, e)
+	}
+	v, err := appendScript.Run(ctx, s.c, []string{s.meta(l.Key)}, args...).Result()
+	if err != nil {
+		return mapErr(err)
+	}
+	r := result(v)
+	switch str(r[0]) {
+	case "fenced":
+		return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
+	case "gap":
+		return fmt.Errorf("run %s has %s events, append starts at %d: %w", l.RunID, str(r[1]), first, store.ErrConflict)
+	}
+	return nil
+}
+
+// followBlock bounds one blocking XREAD, so a cancelled context is noticed.
+const followBlock = 2 * time.Second
+
+// FollowEvents reads the run's stream after `after` and then blocks on it
+// (XREAD BLOCK) until the end marker the finishing step appends
+// ("<n>-1", field e).
+func (s *Store) FollowEvents(ctx context.Context, k store.Key, id string, after int64, fn func(store.Event) error) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	p := s.prefix(k)
+	ek, rk := p+"ev:"+id, p+"run:"+id
+	last := strconv.FormatInt(after, 10) + "-0"
+	if after <= 0 {
+		last = "0-0"
+	}
+	block := time.Duration(-1) // -1: do not block
+	endedSeen := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := s.c.XRead(ctx, &redis.XReadArgs{Streams: []string{ek, last}, Count: 512, Block: block}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return mapErr(err)
+		}
+		n := 0
+		for _, st := range res {
+			for _, m := range st.Messages {
+				n++
+				last = m.ID
+				seq, sub, _ := strings.Cut(m.ID, "-")
+				if sub != "0" {
+					return nil // the end marker
+				}
+				data, _ := m.Values["d"].(string)
+				q, _ := strconv.ParseInt(seq, 10, 64)
+				if err := fn(store.Event{Seq: q, Data: []byte(data)}); err != nil {
+					return err
+				}
+			}
+		}
+		switch {
+		case n > 0:
+			block = -1
+			continue
+		case block >= 0:
+			block = -1 // a blocking read timed out: check the run again
+			continue
+		case endedSeen:
+			// The run ended and a read after that found no end marker:
+			// the log expired or was trimmed away.
+			return nil
+		}
+		st, err := s.c.HGet(ctx, rk, "st").Result()
+		if errors.Is(err, redis.Nil) {
+			return fmt.Errorf("run %s/%s: %w", k, id, store.ErrNotFound)
+		}
+		if err != nil {
+			return mapErr(err)
+		}
+		if store.Status(st).Ended() {
+			endedSeen = true // read once more: the marker may have landed since
+			continue
+		}
+		block = followBlock
+	}
+}
+
+// ListThreads lists threads newest-updated first from the per-tenant (or
+// cross-tenant) sorted set, reading each candidate's summary from its meta
+// hash. The cursor is "<score>:<member>".
+func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.ThreadPage, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	if limit > 500 {
+		limit = 500
+	}
+	key := s.allThreads()
+	if q.Tenant != "" {
+		key = s.tenantThreads(q.Tenant)
+	}
+	max, min := "+inf", "-inf"
+	if !q.Until.IsZero() {
+		max = strconv.FormatInt(q.Until.UnixMilli(), 10)
+	}
+	if !q.Since.IsZero() {
+		min = strconv.FormatInt(q.Since.UnixMilli(), 10)
+	}
+	var curScore float64
+	var curMember string
+	if q.Cursor != "" {
+		sc, m, ok := strings.Cut(q.Cursor, ":")
+		f, err := strconv.ParseFloat(sc, 64)
+		if !ok || err != nil {
+			return store.ThreadPage{}, fmt.Errorf("%w: cursor", store.ErrInvalid)
+		}
+		curScore, curMember = f, m
+		if mx, _ := strconv.ParseFloat(max, 64); max == "+inf" || f < mx {
+			max = sc
+		}
+	}
+	page := store.ThreadPage{Threads: []store.ThreadSummary{}}
+	const chunk = 200
+	for offset := int64(0); ; offset += chunk {
+		zs, err := s.c.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: min, Offset: offset, Count: chunk}).Result()
+		if err != nil {
+			return page, mapErr(err)
+		}
+		type cand struct {
+			k      store.Key
+			z      redis.Z
+			fields *redis.SliceCmd
+		}
+		var cands []cand
+		pipe := s.c.Pipeline()
+		for _, z := range zs {
+			m := z.Member.(string)
+			if q.Cursor != "" && z.Score == curScore && m >= curMember {
+				continue
+			}
+			k := store.Key{Tenant: q.Tenant, Thread: m}
+			if q.Tenant == "" {
+				k = parseThreadMember(m)
+			}
+			cands = append(cands, cand{k, z, pipe.HMGet(ctx, s.meta(k), "conn", "fmt", "model", "created", "updated", "nruns", "last", "ui", "uo", "uc", "ur")})
+		}
+		if len(cands) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+				return page, mapErr(err)
+			}
+		}
+		for _, c := range cands {
+			v := c.fields.Val()
+			f := make([]string, len(v))
+			for i, x := range v {
+				f[i], _ = x.(string)
+			}
+			if f[3] == "" {
+				continue // deleted since it was indexed
+			}
+			if (q.Connection != "" && f[0] != q.Connection) || (q.Model != "" && f[2] != q.Model) || (q.Status != "" && store.Status(f[6]) != q.Status) {
+				continue
+			}
+			if len(page.Threads) == limit {
+				return page, nil
+			}
+			i64 := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
+			page.Threads = append(page.Threads, store.ThreadSummary{Key: c.k, Connection: f[0], Format: f[1], Model: f[2],
+				CreatedAt: fromMS(f[3]), UpdatedAt: fromMS(f[4]), Runs: i64(f[5]), LastStatus: store.Status(f[6]),
+				Usage: store.Usage{InputTokens: i64(f[7]), OutputTokens: i64(f[8]), CachedTokens: i64(f[9]), ReasoningTokens: i64(f[10])}})
+			page.NextCursor = strconv.FormatFloat(c.z.Score, 'f', -1, 64) + ":" + c.z.Member.(string)
+		}
+		if len(zs) < chunk {
+			page.NextCursor = ""
+			return page, nil
+		}
+	}
+}

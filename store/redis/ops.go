@@ -1,0 +1,600 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chronicle-proxy/chronicle/store"
+)
+
+func result(v any) []any {
+	r, _ := v.([]any)
+	return r
+}
+
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}
+
+func ms(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func hashBlob(hs []store.Hash) string {
+	b := make([]byte, 0, 16*len(hs))
+	for _, h := range hs {
+		b = append(b, h[:]...)
+	}
+	return string(b)
+}
+
+// LoadThread reads meta, messages and hashes in one MULTI/EXEC round trip.
+func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
+	if err := k.Validate(); err != nil {
+		return store.Thread{}, err
+	}
+	p := s.prefix(k)
+	pipe := s.c.TxPipeline()
+	metaCmd := pipe.HGetAll(ctx, p+"meta")
+	msgsCmd := pipe.LRange(ctx, p+"msgs", 0, -1)
+	hashCmd := pipe.Get(ctx, p+"hashes")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return store.Thread{}, mapErr(err)
+	}
+	m := metaCmd.Val()
+	if m["created"] == "" {
+		return store.Thread{}, fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
+	}
+	v, _ := strconv.ParseInt(m["v"], 10, 64)
+	th := store.Thread{Key: k, Connection: m["conn"], Format: m["fmt"], Model: m["model"],
+		Version: v, CreatedAt: fromMS(m["created"]), UpdatedAt: fromMS(m["updated"])}
+	if sys, ok := m["sys"]; ok {
+		th.System = []byte(sys)
+	}
+	msgs := msgsCmd.Val()
+	hb := hashCmd.Val()
+	if len(hb) != 16*len(msgs) {
+		return store.Thread{}, fmt.Errorf("thread %s: %d messages, %d hash bytes: %w", k, len(msgs), len(hb), store.ErrConflict)
+	}
+	th.Messages = make([][]byte, len(msgs))
+	th.Hashes = make([]store.Hash, len(msgs))
+	for i, msg := range msgs {
+		th.Messages[i] = []byte(msg)
+		copy(th.Hashes[i][:], hb[16*i:])
+	}
+	return th, nil
+}
+
+// indexThread records the thread in the audit indexes (second step, other
+// slots; ZADD GT and SADD make it idempotent).
+func (s *Store) indexThread(ctx context.Context, k store.Key, updated string, activeDone string) error {
+	score, err := strconv.ParseFloat(updated, 64)
+	pipe := s.c.Pipeline()
+	if err == nil && updated != "" {
+		pipe.ZAddGT(ctx, s.tenantThreads(k.Tenant), redis.Z{Score: score, Member: k.Thread})
+		pipe.ZAddGT(ctx, s.allThreads(), redis.Z{Score: score, Member: k.Tenant + "/" + k.Thread})
+		pipe.SAdd(ctx, s.tenants(), k.Tenant)
+	}
+	if activeDone != "" {
+		pipe.ZRem(ctx, s.active(), activeMember(k, activeDone))
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	_, err = pipe.Exec(ctx)
+	return mapErr(err)
+}
+
+func transcriptArgs(t *store.Transcript) []any {
+	sys := ""
+	if t.System != nil {
+		sys = string(t.System)
+	}
+	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), flag(t.System != nil), sys, t.Connection, t.Format, t.Model}
+}
+
+// SaveTranscript writes a transcript under the lease.
+func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
+	if err := l.Key.Validate(); err != nil {
+		return err
+	}
+	if err := t.Check(); err != nil {
+		return err
+	}
+	args := append([]any{l.RunID, l.Token, s.now()}, transcriptArgs(&t)...)
+	for _, m := range t.Messages {
+		args = append(args, m)
+	}
+	v, err := saveScript.Run(ctx, s.c, []string{s.meta(l.Key)}, args...).Result()
+	if err != nil {
+		return mapErr(err)
+	}
+	r := result(v)
+	switch str(r[0]) {
+	case "fenced":
+		return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
+	case "conflict":
+		return fmt.Errorf("thread %s: transcript prefix differs: %w", l.Key, store.ErrConflict)
+	}
+	return s.indexThread(ctx, l.Key, str(r[1]), "")
+}
+
+// StartRun claims the run id in the tenant index, registers the run for the
+// sweeper, then takes the lease and creates the run in one script.
+func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started, error) {
+	k := sr.Key
+	if err := k.Validate(); err != nil {
+		return store.Started{}, err
+	}
+	if err := store.ValidID(sr.RunID); err != nil {
+		return store.Started{}, err
+	}
+	if sr.TTL <= 0 {
+		return store.Started{}, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
+	}
+	now := s.now()
+	exp := now + sr.TTL.Milliseconds()
+	claim, err := runIDScript.Run(ctx, s.c, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread).Int()
+	if err != nil {
+		return store.Started{}, mapErr(err)
+	}
+	if claim == 0 {
+		return store.Started{}, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
+	}
+	member := activeMember(k, sr.RunID)
+	if err := s.c.ZAdd(ctx, s.active(), redis.Z{Score: float64(exp), Member: member}).Err(); err != nil {
+		return store.Started{}, mapErr(err)
+	}
+	v, err := startScript.Run(ctx, s.c, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds()).Result()
+	if err != nil {
+		return store.Started{}, mapErr(err)
+	}
+	r := result(v)
+	undo := func() {
+		s.c.ZRem(ctx, s.active(), member)
+		if claim == 2 {
+			unclaimScript.Run(ctx, s.c, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
+		}
+	}
+	switch str(r[0]) {
+	case "conflict":
+		return store.Started{}, fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
+	case "exists":
+		run, err := s.GetRun(ctx, k, sr.RunID)
+		run.Response = nil
+		return store.Started{Run: run}, err
+	case "held":
+		undo()
+		tok, _ := strconv.ParseInt(str(r[2]), 10, 64)
+		return store.Started{Lease: store.Lease{Key: k, RunID: str(r[1]), Token: tok, Expires: fromMS(str(r[3])), Owner: str(r[4])}},
+			fmt.Errorf("thread %s busy with run %s: %w", k, str(r[1]), store.ErrLeaseHeld)
+	}
+	tok, _ := strconv.ParseInt(str(r[1]), 10, 64)
+	if lostRun := str(r[2]); lostRun != "" {
+		s.c.ZRem(ctx, s.active(), activeMember(k, lostRun))
+	}
+	l := store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: tok, TTL: sr.TTL, Expires: time.UnixMilli(exp).UTC()}
+	run := store.Run{ID: sr.RunID, Key: k, Status: store.Running, Model: sr.Model, StartedAt: time.UnixMilli(now).UTC(),
+		Interrupts: []store.Interrupt{}, LeaseOwner: sr.Owner, LeaseToken: tok, LeaseExpires: l.Expires, Fingerprint: sr.Fingerprint}
+	return store.Started{Run: run, Lease: l, Created: true}, nil
+}
+
+// Renew extends the lease and applies the patch.
+func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (store.Renewal, error) {
+	if l.TTL <= 0 {
+		return store.Renewal{}, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, l.TTL)
+	}
+	exp := s.now() + l.TTL.Milliseconds()
+	v, err := renewScript.Run(ctx, s.c, []string{s.meta(l.Key)}, l.RunID, l.Token, exp, flag(p.Partial != nil), string(p.Partial), ms(p.DetachedSince)).Result()
+	if err != nil {
+		return store.Renewal{}, mapErr(err)
+	}
+	r := result(v)
+	if str(r[0]) == "fenced" {
+		return store.Renewal{}, fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
+	}
+	l.Expires = time.UnixMilli(exp).UTC()
+	return store.Renewal{Lease: l, CancelRequested: str(r[1]) == "1"}, nil
+}
+
+// Release gives the lease up without ending the run.
+func (s *Store) Release(ctx context.Context, l store.Lease) error {
+	released, err := releaseScript.Run(ctx, s.c, []string{s.meta(l.Key)}, l.RunID, l.Token).Int()
+	if err != nil || released == 0 {
+		return mapErr(err)
+	}
+	// Due at once for the sweeper, which fails the run if it still runs.
+	return mapErr(s.c.ZAddXX(ctx, s.active(), redis.Z{Score: 0, Member: activeMember(l.Key, l.RunID)}).Err())
+}
+
+func blob(b []byte) (string, string) {
+	if b == nil {
+		return "0", ""
+	}
+	return "1", string(b)
+}
+
+// Finish writes the transcript and ends the run in one script, then
+// updates the audit indexes and waits for the AOF fsync where supported.
+func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
+	if err := store.CheckFinish(&f); err != nil {
+		return err
+	}
+	if err := l.Key.Validate(); err != nil {
+		return err
+	}
+	args := make([]any, 0, 48+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
+	args = append(args, l.RunID, l.Token, s.now(), string(f.Status), f.Reason)
+	ef, e := blob(f.Error)
+	args = append(args, ef, e)
+	if f.Usage != nil {
+		args = append(args, "1", f.Usage.InputTokens, f.Usage.OutputTokens, f.Usage.CachedTokens, f.Usage.ReasoningTokens)
+	} else {
+		args = append(args, "0", 0, 0, 0, 0)
+	}
+	args = append(args, f.Model)
+	for _, b := range [][]byte{f.Partial, f.Response, f.InterruptedCalls, f.Repairs, f.Restored} {
+		bf, bv := blob(b)
+		args = append(args, bf, bv)
+	}
+	if f.SessionID != nil {
+		args = append(args, "1", *f.SessionID)
+	} else {
+		args = append(args, "0", "")
+	}
+	args = append(args, f.Resumes, s.opts.EventRetention.Milliseconds())
+	if f.Transcript != nil {
+		args = append(args, "1")
+		args = append(args, transcriptArgs(f.Transcript)...)
+	} else {
+		args = append(args, "0", 0, "", "", "0", "", "", "", "")
+	}
+	args = append(args, len(f.Interrupts))
+	for _, in := range f.Interrupts {
+		args = append(args, in.CallID, in.Name)
+	}
+	args = append(args, len(f.Resolve))
+	for _, id := range f.Resolve {
+		args = append(args, id)
+	}
+	args = append(args, len(f.Cancel))
+	for _, id := range f.Cancel {
+		args = append(args, id)
+	}
+	if f.Transcript != nil {
+		for _, m := range f.Transcript.Messages {
+			args = append(args, m)
+		}
+	}
+	key := s.meta(l.Key)
+	v, err := finishScript.Run(ctx, s.c, []string{key}, args...).Result()
+	if err != nil {
+		return mapErr(err)
+	}
+	r := result(v)
+	switch str(r[0]) {
+	case "fenced":
+		return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
+	case "notfound":
+		return fmt.Errorf("run %s: %w", l.RunID, store.ErrNotFound)
+	case "resumenotfound":
+		return fmt.Errorf("resumed run %s: %w", f.Resumes, store.ErrNotFound)
+	case "illegal":
+		return fmt.Errorf("run is %s, not %s: %w", str(r[1]), f.Status, store.ErrIllegalTransition)
+	case "conflict":
+		return fmt.Errorf("thread %s: transcript prefix differs: %w", l.Key, store.ErrConflict)
+	}
+	if err := s.indexThread(ctx, l.Key, str(r[1]), l.RunID); err != nil {
+		return err
+	}
+	return s.waitFsync(ctx, key)
+}
+
+// waitFsync waits for the finished run to reach the AOF on disk (WAITAOF,
+// Redis 7.2+ with appendonly on). Older servers, or servers without AOF,
+// answer with an error once; from then on it is skipped.
+func (s *Store) waitFsync(ctx context.Context, key string) error {
+	if s.waitAOF.Load() == 2 {
+		return nil
+	}
+	var c interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+	} = s.c
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return mapErr(err)
+		}
+		c = node
+	}
+	err := c.Do(ctx, "WAITAOF", 1, 0, 1000).Err()
+	if err == nil {
+		s.waitAOF.Store(1)
+		return nil
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		s.waitAOF.Store(2) // unknown command, or appendonly disabled
+		return nil
+	}
+	return mapErr(err)
+}
+
+func parseRun(k store.Key, id string, h map[string]string) store.Run {
+	i64 := func(f string) int64 { n, _ := strconv.ParseInt(h[f], 10, 64); return n }
+	bytesOf := func(f string) []byte {
+		if v, ok := h[f]; ok {
+			return []byte(v)
+		}
+		return nil
+	}
+	r := store.Run{ID: id, Key: k, Status: store.Status(h["st"]), Reason: h["reason"], Model: h["model"],
+		StartedAt: fromMS(h["started"]), FinishedAt: fromMS(h["fin"]), Error: bytesOf("err"),
+		InterruptedCalls: bytesOf("ic"), Repairs: bytesOf("rep"), Restored: bytesOf("rst"), Partial: bytesOf("partial"),
+		Interrupts: []store.Interrupt{}, LeaseOwner: h["lown"], LeaseToken: i64("ltok"), LeaseExpires: fromMS(h["lexp"]),
+		DetachedSince: fromMS(h["det"]), CancelRequested: h["cancel"] == "1", ResumedBy: h["rby"], Fingerprint: h["fp"],
+		Events: i64("ev"), Response: bytesOf("resp")}
+	if _, ok := h["ui"]; ok {
+		r.Usage = &store.Usage{InputTokens: i64("ui"), OutputTokens: i64("uo"), CachedTokens: i64("uc"), ReasoningTokens: i64("ur")}
+	}
+	if v, ok := h["sid"]; ok {
+		r.SessionID = &v
+	}
+	return r
+}
+
+// parseIntr splits the intr hash into interrupts per run.
+func parseIntr(h map[string]string) map[string][]store.Interrupt {
+	out := map[string][]store.Interrupt{}
+	for id, v := range h {
+		parts := strings.SplitN(v, "\x1f", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		out[parts[1]] = append(out[parts[1]], store.Interrupt{CallID: id, Name: parts[2], Status: store.InterruptStatus(parts[0]), RunID: parts[1]})
+	}
+	for _, l := range out {
+		slices.SortFunc(l, func(a, b store.Interrupt) int { return strings.Compare(a.CallID, b.CallID) })
+	}
+	return out
+}
+
+// GetRun returns one run with its response body.
+func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, error) {
+	if err := k.Validate(); err != nil {
+		return store.Run{}, err
+	}
+	p := s.prefix(k)
+	pipe := s.c.TxPipeline()
+	runCmd := pipe.HGetAll(ctx, p+"run:"+id)
+	intrCmd := pipe.HGetAll(ctx, p+"intr")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return store.Run{}, mapErr(err)
+	}
+	h := runCmd.Val()
+	if h["st"] == "" {
+		return store.Run{}, fmt.Errorf("run %s/%s: %w", k, id, store.ErrNotFound)
+	}
+	r := parseRun(k, id, h)
+	if l := parseIntr(intrCmd.Val())[id]; l != nil {
+		r.Interrupts = l
+	}
+	return r, nil
+}
+
+func pairs(v []any) map[string]string {
+	m := make(map[string]string, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		m[str(v[i])] = str(v[i+1])
+	}
+	return m
+}
+
+// ListRuns returns the thread's runs oldest first, in one script.
+func (s *Store) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) {
+	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	v, err := listRunsScript.Run(ctx, s.c, []string{s.meta(k)}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	r := result(v)
+	in := parseIntr(pairs(result(r[0])))
+	out := make([]store.Run, 0, len(r)-1)
+	for _, item := range r[1:] {
+		f := result(item)
+		id := str(f[0])
+		run := parseRun(k, id, pairs(f[1:]))
+		if l := in[id]; l != nil {
+			run.Interrupts = l
+		}
+		out = append(out, run)
+	}
+	return out, nil
+}
+
+// FindRun returns the thread a run id belongs to.
+func (s *Store) FindRun(ctx context.Context, tenant, id string) (store.Key, error) {
+	th, err := s.c.HGet(ctx, s.tenantRuns(tenant), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return store.Key{}, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Key{}, mapErr(err)
+	}
+	k := store.Key{Tenant: tenant, Thread: th}
+	// A claim whose run was never created (a crash between the two steps)
+	// names no run.
+	if n, err := s.c.Exists(ctx, s.prefix(k)+"run:"+id).Result(); err != nil {
+		return store.Key{}, mapErr(err)
+	} else if n == 0 {
+		return store.Key{}, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
+	}
+	return k, nil
+}
+
+// RequestCancel flags a running run.
+func (s *Store) RequestCancel(ctx context.Context, k store.Key, id string) (store.Run, error) {
+	if err := k.Validate(); err != nil {
+		return store.Run{}, err
+	}
+	n, err := cancelScript.Run(ctx, s.c, []string{s.meta(k)}, id).Int()
+	if err != nil {
+		return store.Run{}, mapErr(err)
+	}
+	if n == 0 {
+		return store.Run{}, fmt.Errorf("run %s/%s: %w", k, id, store.ErrNotFound)
+	}
+	return s.GetRun(ctx, k, id)
+}
+
+const sweepBatch = 256
+
+// Sweep fails runs whose lease lapsed. The active index is a hint: each
+// entry is checked against the thread's own lease, and re-scored when the
+// run renewed since.
+func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
+	var lost []store.RunRef
+	for {
+		now := s.now()
+		members, err := s.c.ZRangeByScore(ctx, s.active(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10), Count: sweepBatch}).Result()
+		if err != nil {
+			return lost, mapErr(err)
+		}
+		for _, m := range members {
+			k, run, ok := parseActive(m)
+			if !ok {
+				s.c.ZRem(ctx, s.active(), m)
+				continue
+			}
+			v, err := lostScript.Run(ctx, s.c, []string{s.meta(k)}, run, now, s.opts.EventRetention.Milliseconds()).Result()
+			if err != nil {
+				return lost, mapErr(err)
+			}
+			r := result(v)
+			switch str(r[0]) {
+			case "alive":
+				exp, _ := strconv.ParseFloat(str(r[1]), 64)
+				err = s.c.ZAddXX(ctx, s.active(), redis.Z{Score: exp, Member: m}).Err()
+			case "lost":
+				lost = append(lost, store.RunRef{Key: k, RunID: run})
+				fallthrough
+			default:
+				err = s.c.ZRem(ctx, s.active(), m).Err()
+			}
+			if err != nil {
+				return lost, mapErr(err)
+			}
+		}
+		if len(members) < sweepBatch {
+			return lost, nil
+		}
+	}
+}
+
+// DeleteThread removes the thread's keys in one script, then its index
+// entries.
+func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	runs, err := deleteScript.Run(ctx, s.c, []string{s.meta(k)}).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return mapErr(err)
+	}
+	pipe := s.c.Pipeline()
+	for _, r := range runs {
+		unclaimScript.Eval(ctx, pipe, []string{s.tenantRuns(k.Tenant)}, r, k.Thread)
+		pipe.ZRem(ctx, s.active(), activeMember(k, r))
+	}
+	pipe.ZRem(ctx, s.tenantThreads(k.Tenant), k.Thread)
+	pipe.ZRem(ctx, s.allThreads(), k.Tenant+"/"+k.Thread)
+	left := pipe.ZCard(ctx, s.tenantThreads(k.Tenant))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return mapErr(err)
+	}
+	if left.Val() == 0 {
+		return mapErr(s.c.SRem(ctx, s.tenants(), k.Tenant).Err())
+	}
+	return nil
+}
+
+// SessionID returns the stored id for (connection, model), storing
+// candidate when there is none (SET NX GET, one round trip).
+func (s *Store) SessionID(ctx context.Context, connection, model, candidate string) (string, error) {
+	key := s.pre + "sess:" + connection + "\x00" + model
+	old, err := s.c.SetArgs(ctx, key, candidate, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	if errors.Is(err, redis.Nil) {
+		return candidate, nil
+	}
+	if err != nil {
+		return "", mapErr(err)
+	}
+	return old, nil
+}
+
+// ListTenants lists tenants with at least one indexed thread.
+func (s *Store) ListTenants(ctx context.Context) ([]string, error) {
+	t, err := s.c.SMembers(ctx, s.tenants()).Result()
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	slices.Sort(t)
+	return t, nil
+}
+
+// DebugKeys lists every key on every master (SCAN), for tests that prove a
+// delete leaves nothing behind.
+func (s *Store) DebugKeys(ctx context.Context) ([]string, error) {
+	var out []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, s.pre+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			out = append(out, it.Val())
+		}
+		return it.Err()
+	}
+	var err error
+	switch c := s.c.(type) {
+	case *redis.ClusterClient:
+		var mu = make(chan struct{}, 1)
+		err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			mu <- struct{}{}
+			defer func() { <-mu }()
+			return scan(ctx, n)
+		})
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		return nil, errors.New("redisstore: DebugKeys needs a single-node or cluster client")
+	}
+	slices.Sort(out)
+	return out, mapErr(err)
+}

@@ -1,0 +1,308 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// prelude is shared by every thread script. KEYS[1] is the thread's meta
+// key; the other keys of the thread are derived from its prefix, so they
+// share its hash slot.
+const prelude = `
+local meta = KEYS[1]
+local p = string.sub(meta, 1, -5)
+local function fenced(run, tok)
+  local m = redis.call('HMGET', meta, 'l_run', 'l_tok')
+  return m[1] ~= run or m[2] ~= tok
+end
+local function endlog(run, ret)
+  local ek = p .. 'ev:' .. run
+  local n = redis.call('HGET', p .. 'run:' .. run, 'ev') or '0'
+  redis.call('XADD', ek, n .. '-1', 'e', '1')
+  redis.call('PEXPIRE', ek, ret)
+end
+local function lost(run, now, ret)
+  local rk = p .. 'run:' .. run
+  local m = redis.call('HMGET', meta, 'l_run', 'nruns')
+  if m[1] == run then redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp') end
+  local st = redis.call('HMGET', rk, 'st', 'n')
+  if st[1] ~= 'running' then return false end
+  redis.call('HSET', rk, 'st', 'failed', 'reason', 'proxy_lost', 'fin', now)
+  if st[2] == m[2] then redis.call('HSET', meta, 'last', 'failed') end
+  endlog(run, ret)
+  return true
+end
+local function checktr(keep, keephash)
+  local n = redis.call('LLEN', p .. 'msgs')
+  if keep > n then return false end
+  if keep > 0 and redis.call('GETRANGE', p .. 'hashes', (keep - 1) * 16, keep * 16 - 1) ~= keephash then return false end
+  return true
+end
+-- writetr applies a checked transcript; a write that is already applied
+-- (a retry) changes nothing.
+local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
+  local mk, hk = p .. 'msgs', p .. 'hashes'
+  local n = redis.call('LLEN', mk)
+  local cursys = redis.call('HGET', meta, 'sys')
+  local same = redis.call('HEXISTS', meta, 'created') == 1 and n == keep + #msgs
+    and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
+  if same then
+    if hassys == '1' then same = (cursys == sys) else same = (cursys == false) end
+  end
+  if not same then
+    if keep < n then
+      if keep == 0 then redis.call('DEL', mk) else redis.call('LTRIM', mk, 0, keep - 1) end
+    end
+    if keep == 0 then
+      redis.call('DEL', hk)
+    elseif redis.call('STRLEN', hk) > keep * 16 then
+      redis.call('SET', hk, redis.call('GETRANGE', hk, 0, keep * 16 - 1))
+    end
+    for i = 1, #msgs, 1000 do
+      redis.call('RPUSH', mk, unpack(msgs, i, math.min(i + 999, #msgs)))
+    end
+    if #msgs > 0 then redis.call('APPEND', hk, hashblob) end
+    if hassys == '1' then redis.call('HSET', meta, 'sys', sys) else redis.call('HDEL', meta, 'sys') end
+    redis.call('HINCRBY', meta, 'v', 1)
+    redis.call('HSETNX', meta, 'created', now)
+    redis.call('HSET', meta, 'updated', now)
+  end
+  if conn ~= '' then redis.call('HSET', meta, 'conn', conn) end
+  if fmt ~= '' then redis.call('HSET', meta, 'fmt', fmt) end
+  if model ~= '' then redis.call('HSET', meta, 'model', model) end
+end
+`
+
+// startScript: ARGV run, owner, exp, now, fp, model, retention.
+// Returns {'conflict'} | {'exists'} | {'held', run, tok, exp, owner} |
+// {'ok', tok, lostrun}.
+var startScript = redis.NewScript(prelude + `
+local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local rk = p .. 'run:' .. run
+local ex = redis.call('HGET', rk, 'fp')
+if ex then
+  if ex ~= fp then return {'conflict'} end
+  return {'exists'}
+end
+local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own')
+local lostrun = ''
+if m[1] then
+  if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
+  if lost(m[1], now, ret) then lostrun = m[1] end
+end
+local tok = redis.call('HINCRBY', meta, 'l_seq', 1)
+local n = redis.call('HINCRBY', meta, 'nruns', 1)
+redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running')
+redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0)
+redis.call('ZADD', p .. 'runs', n, run)
+return {'ok', tostring(tok), lostrun}
+`)
+
+// runIDScript claims a run id for a thread in the tenant's run index.
+// KEYS[1] tenant run index; ARGV run, thread. Returns 0 (another thread
+// has it), 1 (this thread had it), 2 (claimed now).
+var runIDScript = redis.NewScript(`
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then
+  if v ~= ARGV[2] then return 0 end
+  return 1
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 2
+`)
+
+// unclaimScript drops a run id claim if it still names the thread.
+var unclaimScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 1
+`)
+
+// saveScript: ARGV run, tok, now, keep, keephash, hashblob, hassys, sys,
+// conn, fmt, model, msgs… Returns {'fenced'} | {'conflict'} | {'ok', updated}.
+var saveScript = redis.NewScript(prelude + `
+if fenced(ARGV[1], ARGV[2]) then return {'fenced'} end
+local keep = tonumber(ARGV[4])
+if not checktr(keep, ARGV[5]) then return {'conflict'} end
+local msgs = {}
+for j = 12, #ARGV do msgs[#msgs + 1] = ARGV[j] end
+writetr(keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], msgs, ARGV[3])
+return {'ok', redis.call('HGET', meta, 'updated')}
+`)
+
+// renewScript: ARGV run, tok, exp, hasPartial, partial, detached.
+// Returns {'fenced'} | {'ok', cancel}.
+var renewScript = redis.NewScript(prelude + `
+local run = ARGV[1]
+if fenced(run, ARGV[2]) then return {'fenced'} end
+local rk = p .. 'run:' .. run
+if redis.call('HGET', rk, 'st') ~= 'running' then return {'fenced'} end
+redis.call('HSET', meta, 'l_exp', ARGV[3])
+redis.call('HSET', rk, 'lexp', ARGV[3])
+if ARGV[4] == '1' then redis.call('HSET', rk, 'partial', ARGV[5]) end
+if ARGV[6] ~= '' then redis.call('HSET', rk, 'det', ARGV[6]) end
+return {'ok', redis.call('HGET', rk, 'cancel') or ''}
+`)
+
+// releaseScript: ARGV run, tok.
+var releaseScript = redis.NewScript(prelude + `
+if fenced(ARGV[1], ARGV[2]) then return 0 end
+redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
+return 1
+`)
+
+// finishScript: see finishArgs for ARGV. Returns {'ok', updated} |
+// {'fenced'} | {'notfound'} | {'resumenotfound'} | {'illegal', status} |
+// {'conflict'}.
+var finishScript = redis.NewScript(prelude + `
+local i = 0
+local function nx() i = i + 1; return ARGV[i] end
+local run, tok, now, status, reason = nx(), nx(), nx(), nx(), nx()
+local errf, err = nx(), nx()
+local uf, ui, uo, uc, ur = nx(), nx(), nx(), nx(), nx()
+local model = nx()
+local pf, partial = nx(), nx()
+local respf, resp = nx(), nx()
+local icf, ic = nx(), nx()
+local repf, rep = nx(), nx()
+local rstf, rst = nx(), nx()
+local sidf, sid = nx(), nx()
+local resumes, ret = nx(), nx()
+local trf, keep, keephash, hashblob, hassys, sys, conn, fmt, tmodel = nx(), tonumber(nx()), nx(), nx(), nx(), nx(), nx(), nx(), nx()
+local intr = {}
+for j = 1, tonumber(nx()) do intr[j] = {nx(), nx()} end
+local res = {}
+for j = 1, tonumber(nx()) do res[j] = nx() end
+local can = {}
+for j = 1, tonumber(nx()) do can[j] = nx() end
+local msgs = {}
+for j = i + 1, #ARGV do msgs[#msgs + 1] = ARGV[j] end
+
+local rk = p .. 'run:' .. run
+local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n')
+if not st[1] then return {'notfound'} end
+if st[1] ~= 'running' then
+  if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'} end
+  if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''} end
+  return {'illegal', st[1]}
+end
+if fenced(run, tok) then return {'fenced'} end
+local prk
+if resumes ~= '' then
+  prk = p .. 'run:' .. resumes
+  local pv = redis.call('HMGET', prk, 'st', 'rby')
+  if not pv[1] then return {'resumenotfound'} end
+  if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]} end
+end
+if trf == '1' then
+  if not checktr(keep, keephash) then return {'conflict'} end
+  writetr(keep, hashblob, hassys, sys, conn, fmt, tmodel, msgs, now)
+end
+redis.call('HSET', rk, 'st', status, 'reason', reason, 'fin', now)
+if errf == '1' then redis.call('HSET', rk, 'err', err) else redis.call('HDEL', rk, 'err') end
+if uf == '1' then
+  redis.call('HSET', rk, 'ui', ui, 'uo', uo, 'uc', uc, 'ur', ur)
+  redis.call('HINCRBY', meta, 'ui', ui)
+  redis.call('HINCRBY', meta, 'uo', uo)
+  redis.call('HINCRBY', meta, 'uc', uc)
+  redis.call('HINCRBY', meta, 'ur', ur)
+else
+  redis.call('HDEL', rk, 'ui', 'uo', 'uc', 'ur')
+end
+if model ~= '' then
+  redis.call('HSET', rk, 'model', model)
+  redis.call('HSET', meta, 'model', model)
+end
+if pf == '1' then redis.call('HSET', rk, 'partial', partial) end
+if respf == '1' then redis.call('HSET', rk, 'resp', resp) end
+if icf == '1' then redis.call('HSET', rk, 'ic', ic) end
+if repf == '1' then redis.call('HSET', rk, 'rep', rep) end
+if rstf == '1' then redis.call('HSET', rk, 'rst', rst) end
+if sidf == '1' then redis.call('HSET', rk, 'sid', sid) end
+local ik = p .. 'intr'
+for _, c in ipairs(intr) do
+  redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
+end
+for _, set in ipairs({{res, 'resolved'}, {can, 'cancelled'}}) do
+  for _, id in ipairs(set[1]) do
+    local v = redis.call('HGET', ik, id)
+    if v and string.sub(v, 1, 8) == 'pending\31' then
+      redis.call('HSET', ik, id, set[2] .. string.sub(v, 8))
+    end
+  end
+end
+if prk then redis.call('HSET', prk, 'rby', run) end
+redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
+if redis.call('HGET', meta, 'nruns') == st[4] then redis.call('HSET', meta, 'last', status) end
+if redis.call('HEXISTS', meta, 'created') == 1 then redis.call('HSET', meta, 'updated', now) end
+endlog(run, ret)
+return {'ok', redis.call('HGET', meta, 'updated') or ''}
+`)
+
+// appendScript: ARGV run, tok, first, retention, maxlen, events…
+// Returns {'ok'} | {'fenced'} | {'gap', n}.
+var appendScript = redis.NewScript(prelude + `
+local run = ARGV[1]
+if fenced(run, ARGV[2]) then return {'fenced'} end
+local rk = p .. 'run:' .. run
+local st = redis.call('HMGET', rk, 'st', 'ev')
+if st[1] ~= 'running' then return {'fenced'} end
+local n = tonumber(st[2] or '0')
+local first = tonumber(ARGV[3])
+if first > n + 1 then return {'gap', tostring(n)} end
+local ek = p .. 'ev:' .. run
+local maxlen = tonumber(ARGV[5])
+for j = 6, #ARGV do
+  local seq = first + j - 6
+  if seq > n then
+    if maxlen > 0 then
+      redis.call('XADD', ek, 'MAXLEN', maxlen, string.format('%d-0', seq), 'd', ARGV[j])
+    else
+      redis.call('XADD', ek, string.format('%d-0', seq), 'd', ARGV[j])
+    end
+    n = seq
+  end
+end
+redis.call('HSET', rk, 'ev', n)
+redis.call('PEXPIRE', ek, ARGV[4])
+return {'ok'}
+`)
+
+// lostScript: ARGV run, now, retention. Returns {'gone'} | {'alive', exp} |
+// {'lost'}.
+var lostScript = redis.NewScript(prelude + `
+local run, now = ARGV[1], tonumber(ARGV[2])
+if redis.call('HGET', p .. 'run:' .. run, 'st') ~= 'running' then return {'gone'} end
+local m = redis.call('HMGET', meta, 'l_run', 'l_exp')
+if m[1] == run and tonumber(m[2]) > now then return {'alive', m[2]} end
+lost(run, now, ARGV[3])
+return {'lost'}
+`)
+
+// cancelScript: ARGV run. Returns 0 if the run does not exist.
+var cancelScript = redis.NewScript(prelude + `
+local rk = p .. 'run:' .. ARGV[1]
+local st = redis.call('HGET', rk, 'st')
+if not st then return 0 end
+if st == 'running' then redis.call('HSET', rk, 'cancel', '1') end
+return 1
+`)
+
+// listRunsScript returns {intr…, {id, fields…}…} without response bodies.
+var listRunsScript = redis.NewScript(prelude + `
+if redis.call('EXISTS', meta) == 0 then return false end
+local out = {redis.call('HGETALL', p .. 'intr')}
+for _, id in ipairs(redis.call('ZRANGE', p .. 'runs', 0, -1)) do
+  local h = redis.call('HGETALL', p .. 'run:' .. id)
+  local r = {id}
+  for j = 1, #h, 2 do
+    if h[j] ~= 'resp' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
+  end
+  out[#out + 1] = r
+end
+return out
+`)
+
+// deleteScript removes every key of the thread and returns its run ids.
+var deleteScript = redis.NewScript(prelude + `
+local runs = redis.call('ZRANGE', p .. 'runs', 0, -1)
+for _, r in ipairs(runs) do redis.call('DEL', p .. 'run:' .. r, p .. 'ev:' .. r) end
+redis.call('DEL', meta, p .. 'msgs', p .. 'hashes', p .. 'runs', p .. 'intr')
+return runs
+`)
