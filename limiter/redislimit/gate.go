@@ -126,7 +126,9 @@ local now = now_ms()
 return {redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf'), redis.call('ZCOUNT', KEYS[3], '(' .. now, '+inf')}
 `)
 
-type gate struct {
+// SharedGate is one replica's handle on a gate shared through Redis; Limiter.Gate
+// returns it as a limiter.Gate. Safe for concurrent use.
+type SharedGate struct {
 	l    *Limiter
 	name string
 	keys []string
@@ -145,7 +147,7 @@ func (l *Limiter) Gate(name string, cfg limiter.GateConfig) limiter.Gate {
 	g := l.gates[name]
 	if g == nil {
 		tag := l.tag("g", name)
-		g = &gate{l: l, name: name, keys: []string{tag + ":seq", tag + ":wait", tag + ":wl", tag + ":held"}}
+		g = &SharedGate{l: l, name: name, keys: []string{tag + ":seq", tag + ":wait", tag + ":wl", tag + ":held"}}
 		l.gates[name] = g
 	}
 	g.mu.Lock()
@@ -154,18 +156,18 @@ func (l *Limiter) Gate(name string, cfg limiter.GateConfig) limiter.Gate {
 	return g
 }
 
-func (g *gate) config() limiter.GateConfig {
+func (g *SharedGate) config() limiter.GateConfig {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.cfg
 }
 
 // Stats implements limiter.Gate: this replica's holders and waiters.
-func (g *gate) Stats() limiter.GateStats { return g.c.Snapshot(g.config().MaxConcurrent) }
+func (g *SharedGate) Stats() limiter.GateStats { return g.c.Snapshot(g.config().MaxConcurrent) }
 
 // Counts asks Redis how many slots are held and how many wait across all
 // replicas.
-func (g *gate) Counts(ctx context.Context) (held, waiting int64, err error) {
+func (g *SharedGate) Counts(ctx context.Context) (held, waiting int64, err error) {
 	v, err := countScript.Run(ctx, g.l.rdb, g.keys).Int64Slice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("redislimit: gate %q counts: %w", g.name, err)
@@ -173,7 +175,7 @@ func (g *gate) Counts(ctx context.Context) (held, waiting int64, err error) {
 	return v[0], v[1], nil
 }
 
-func (g *gate) acquireCmd(ctx context.Context, tok string, cfg limiter.GateConfig, enqueue bool) (int64, error) {
+func (g *SharedGate) acquireCmd(ctx context.Context, tok string, cfg limiter.GateConfig, enqueue bool) (int64, error) {
 	mode := "0"
 	if enqueue {
 		mode = "1"
@@ -184,10 +186,10 @@ func (g *gate) acquireCmd(ctx context.Context, tok string, cfg limiter.GateConfi
 // background is for clean-up that must run even when the caller's context
 // ended.
 func background() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 5*time.Second)
+	return context.WithTimeout(context.Background(), 2*time.Second)
 }
 
-func (g *gate) releaseToken(tok string) {
+func (g *SharedGate) releaseToken(tok string) {
 	g.l.mu.Lock()
 	delete(g.l.tokens, tok)
 	g.l.mu.Unlock()
@@ -200,7 +202,7 @@ func (g *gate) releaseToken(tok string) {
 }
 
 // Acquire implements limiter.Gate.
-func (g *gate) Acquire(ctx context.Context) (limiter.Slot, error) {
+func (g *SharedGate) Acquire(ctx context.Context) (limiter.Slot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -217,7 +219,7 @@ func (g *gate) Acquire(ctx context.Context) (limiter.Slot, error) {
 
 	res, err := g.acquireCmd(ctx, tok, cfg, true)
 	if err != nil {
-		g.releaseToken(tok) // the script may have run
+		g.l.later(func() { g.releaseToken(tok) }) // the script may have run
 		if ctx.Err() != nil {
 			g.c.Cancelled.Add(1)
 			return nil, ctx.Err()
@@ -281,7 +283,7 @@ func (g *gate) Acquire(ctx context.Context) (limiter.Slot, error) {
 			if ctx.Err() != nil {
 				continue // the ctx.Done case cleans up
 			}
-			g.releaseToken(tok)
+			g.l.later(func() { g.releaseToken(tok) })
 			return nil, fmt.Errorf("redislimit: gate %q wait: %w", g.name, err)
 		}
 		switch res {
@@ -303,7 +305,7 @@ func (g *gate) Acquire(ctx context.Context) (limiter.Slot, error) {
 	}
 }
 
-func (g *gate) held(tok string, e *entry) limiter.Slot {
+func (g *SharedGate) held(tok string, e *entry) limiter.Slot {
 	s := &slot{g: g, tok: tok}
 	g.l.mu.Lock()
 	e.held = true
@@ -314,7 +316,7 @@ func (g *gate) held(tok string, e *entry) limiter.Slot {
 }
 
 type slot struct {
-	g    *gate
+	g    *SharedGate
 	tok  string
 	done atomic.Bool
 }

@@ -60,15 +60,16 @@ type Limiter struct {
 	pubsub  *redis.PubSub
 	stop    chan struct{}
 	wg      sync.WaitGroup
+	cleanup sync.WaitGroup // clean-ups after Redis errors, run off the caller's path
 
 	mu     sync.Mutex
-	gates  map[string]*gate
+	gates  map[string]*SharedGate
 	tokens map[string]*entry // this replica's waiters and holders
 	closed bool
 }
 
 type entry struct {
-	g      *gate
+	g      *SharedGate
 	notify chan struct{}
 	held   bool
 	slot   *slot
@@ -93,7 +94,7 @@ func New(ctx context.Context, rdb redis.UniversalClient, o Options) (*Limiter, e
 	}
 	l := &Limiter{
 		rdb: rdb, o: o, channel: o.Prefix + ":wake",
-		stop: make(chan struct{}), gates: map[string]*gate{}, tokens: map[string]*entry{},
+		stop: make(chan struct{}), gates: map[string]*SharedGate{}, tokens: map[string]*entry{},
 	}
 	l.pubsub = rdb.Subscribe(ctx, l.channel)
 	if _, err := l.pubsub.Receive(ctx); err != nil {
@@ -128,7 +129,25 @@ func (l *Limiter) Close() error {
 	close(l.stop)
 	err := l.pubsub.Close()
 	l.wg.Wait()
+	l.cleanup.Wait()
 	return err
+}
+
+// later runs f in the background (Close waits for it); after Closed it runs
+// f at once.
+func (l *Limiter) later(f func()) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		f()
+		return
+	}
+	l.cleanup.Add(1)
+	l.mu.Unlock()
+	go func() {
+		defer l.cleanup.Done()
+		f()
+	}()
 }
 
 func (l *Limiter) isClosed() bool {
@@ -170,7 +189,7 @@ func (l *Limiter) renewLoop() {
 }
 
 func (l *Limiter) renew() {
-	byGate := map[*gate][]any{}
+	byGate := map[*SharedGate][]any{}
 	l.mu.Lock()
 	for tok, e := range l.tokens {
 		byGate[e.g] = append(byGate[e.g], tok)
@@ -182,7 +201,7 @@ func (l *Limiter) renew() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.o.RenewEvery)
 	defer cancel()
 	type job struct {
-		g   *gate
+		g   *SharedGate
 		cmd *redis.Cmd
 	}
 	var jobs []job

@@ -97,7 +97,10 @@ func TestDeadReplicaSlotsReturn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A waiter queues behind the dead replica's holders...
+	if held, waiting, err := lg.(*redislimit.SharedGate).Counts(context.Background()); err != nil || held != 3 || waiting != 0 {
+		t.Fatalf("Counts = %d held, %d waiting, %v; want 3, 0", held, waiting, err)
+	}
+	// Waiters queue behind the dead replica's holders...
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
