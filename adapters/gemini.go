@@ -61,7 +61,7 @@ func (g *Gemini) Classify(method, path, query string, body []byte) Op {
 // Messages implements Adapter: the contents array.
 func (g *Gemini) Messages(body []byte) ([]byte, bool) {
 	r := get(body, "contents")
-	if !r.IsArray() {
+	if !r.IsArray() || !gjson.Valid(r.Raw) {
 		return nil, false
 	}
 	return rawSlice(body, r), true

@@ -19,10 +19,10 @@ func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 // HashMessage returns a canonical hash of one message: two messages hash
 // equal exactly when they are equal JSON values. Whitespace, object key order
 // and string escape forms ("\u0041" vs "A") do not matter; numbers compare by
-// their literal text ("1" and "1.0" differ); duplicate keys are all kept, in
-// sorted order. Bytes that are not valid JSON hash by their exact bytes (and
-// never equal a valid value's hash). The hash is SHA-256, truncated, so it
-// is stable across processes and versions and safe to store.
+// their literal text ("1" and "1.0" differ); duplicate keys are all kept
+// (sorted stably, so their relative order counts). Bytes that are not valid JSON hash by their exact bytes (and
+// never equal a valid value's hash). The hash is SHA-256 truncated to 128 bits,
+// so it is stable across processes and versions and safe to store.
 func HashMessage(msg []byte) Hash {
 	h := sha256.New()
 	if !gjson.ValidBytes(msg) {

@@ -124,7 +124,7 @@ func (a *OpenAIChat) Classify(method, path, query string, body []byte) Op {
 // Messages implements Adapter.
 func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) {
 	r := get(body, "messages")
-	if !r.IsArray() {
+	if !r.IsArray() || !gjson.Valid(r.Raw) {
 		return nil, false
 	}
 	return rawSlice(body, r), true
