@@ -77,6 +77,7 @@ type Reader struct {
 	end     int // end of buffered bytes
 	eof     bool
 	err     error // sticky read error
+	fatal   error // sticky ErrEventTooLong
 	dataBuf []byte
 	ev      Event
 }
@@ -96,6 +97,7 @@ func (r *Reader) Reset(src io.Reader) {
 	r.start, r.end = 0, 0
 	r.eof = false
 	r.err = nil
+	r.fatal = nil
 	r.ev = Event{}
 }
 
@@ -104,6 +106,9 @@ func (r *Reader) Reset(src io.Reader) {
 // underlying reader's error (after handing back any partial block). The
 // returned Event is valid until the next call.
 func (r *Reader) Next() (*Event, error) {
+	if r.fatal != nil {
+		return nil, r.fatal
+	}
 	if r.start == r.end {
 		r.start, r.end = 0, 0
 	}
@@ -134,7 +139,7 @@ func (r *Reader) Next() (*Event, error) {
 			break
 		}
 		if err := r.fill(); err != nil {
-			r.err = err
+			r.fatal = err
 			return nil, err
 		}
 	}

@@ -111,6 +111,12 @@ func TestReaderTooLong(t *testing.T) {
 	if !errors.Is(err, ErrEventTooLong) {
 		t.Fatalf("err = %v, want ErrEventTooLong", err)
 	}
+	r := NewReader(strings.NewReader(in), 5000)
+	for range 3 {
+		if _, err := r.Next(); !errors.Is(err, ErrEventTooLong) {
+			t.Fatalf("error not sticky: %v", err)
+		}
+	}
 	// Exactly at the limit is fine.
 	evs, err := readAll(t, strings.NewReader("data: abc\n\n"), len("data: abc\n\n"))
 	if err != nil || len(evs) != 1 {
