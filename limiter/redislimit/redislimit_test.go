@@ -151,3 +151,28 @@ func TestRedisDownIsAnError(t *testing.T) {
 		t.Fatalf("Admit with Redis down: %v", err)
 	}
 }
+
+// TestLiveHolderKeepsSlot: a holder that renews keeps its slot across many
+// lease periods; a waiter on another replica times out instead of taking it.
+func TestLiveHolderKeepsSlot(t *testing.T) {
+	srv := redistest.Start(t)
+	o := redislimit.Options{Prefix: "renew", Lease: 200 * time.Millisecond}
+	a, b := replica(t, srv.Client(t), o), replica(t, srv.Client(t), o)
+	s, err := a.Gate("conn", limiter.GateConfig{MaxConcurrent: 1}).Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb := b.Gate("conn", limiter.GateConfig{MaxConcurrent: 1, Timeout: 5 * o.Lease})
+	if _, err := gb.Acquire(context.Background()); !errors.Is(err, limiter.ErrQueueTimeout) {
+		t.Fatalf("waiter while the holder renews: %v, want ErrQueueTimeout", err)
+	}
+	if st := a.Gate("conn", limiter.GateConfig{MaxConcurrent: 1}).Stats(); st.Lost != 0 || st.InUse != 1 {
+		t.Fatalf("holder stats %+v", st)
+	}
+	s.Release()
+	s2, err := gb.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Release()
+}
