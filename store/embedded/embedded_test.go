@@ -19,7 +19,7 @@ func open(t testing.TB, dir string, now func() time.Time) *embedded.Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.RunTests(t, func(t *testing.T, now func() time.Time) store.Store {
+	storetest.RunTests(t, func(t testing.TB, now func() time.Time) store.Store {
 		return open(t, t.TempDir(), now)
 	})
 }

@@ -89,7 +89,12 @@ var _ store.Store = (*Store)(nil)
 func ParseURL(raw string) (*redis.UniversalOptions, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: url: %w", err)
+		// url.Error repeats the URL, password included: keep only the cause.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("redisstore: url does not parse: %w", err)
 	}
 	o := &redis.UniversalOptions{}
 	scheme := u.Scheme

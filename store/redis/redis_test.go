@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +24,22 @@ func openSingle(t testing.TB, now func() time.Time) *redisstore.Store {
 }
 
 func TestConformanceSingle(t *testing.T) {
-	storetest.RunTests(t, func(t *testing.T, now func() time.Time) store.Store {
+	storetest.RunTests(t, func(t testing.TB, now func() time.Time) store.Store {
 		return openSingle(t, now)
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	n := 0
+	storetest.RunTests(t, func(t testing.TB, now func() time.Time) store.Store {
+		n++
+		// One cluster for every subtest; a key prefix each keeps them apart.
+		s, err := redisstore.Open(context.Background(), redisstore.Options{
+			URL: "redis+cluster://" + strings.Join(cluster.Addrs(), ","), Now: now, KeyPrefix: fmt.Sprintf("c%d:", n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	})
 }

@@ -47,7 +47,7 @@ func (c *Clock) Advance(d time.Duration) {
 
 // Factory returns a fresh, empty backend that reads time from now. The
 // backend is closed by the suite.
-type Factory func(t *testing.T, now func() time.Time) store.Store
+type Factory func(t testing.TB, now func() time.Time) store.Store
 
 // KeyLister is implemented by backends that can list every key they hold,
 // so the suite can prove a delete leaves nothing behind.
