@@ -72,22 +72,30 @@ func Sleep(ctx context.Context, d time.Duration) error {
 }
 
 // ParseRetryAfter reads a Retry-After header value: delay seconds or an
-// HTTP date (relative to now). It returns 0 for absent or unreadable values.
+// HTTP date (relative to now), capped at 24h. It returns 0 for absent or
+// unreadable values.
 func ParseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
 	if n, err := strconv.ParseFloat(v, 64); err == nil {
-		if n <= 0 {
+		if !(n > 0) { // also NaN
 			return 0
+		}
+		if n >= maxRetryAfter.Seconds() {
+			return maxRetryAfter
 		}
 		return time.Duration(n * float64(time.Second))
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
-			return d
+			return min(d, maxRetryAfter)
 		}
 	}
 	return 0
 }
+
+// maxRetryAfter caps what an upstream can ask for, so a bogus header cannot
+// cool a key for ever.
+const maxRetryAfter = 24 * time.Hour
