@@ -33,7 +33,7 @@ type Quota struct {
 // RateLimitError is the error a RateLimiter returns when it refuses a
 // request; errors.Is(err, ErrRateLimited) holds.
 type RateLimitError struct {
-	Kind       string        // "requests" or "tokens": which limit refused
+	Kind       string        // "requests" or "tokens" (RateLimiter), "keys" (KeyPool): what refused
 	RetryAfter time.Duration // wait this long and the same request passes (if nothing else is admitted meanwhile)
 	Requests   Quota
 	Tokens     Quota

@@ -57,7 +57,7 @@ type Watchdog struct {
 func NewWatchdog(parent context.Context, t Timeouts) *Watchdog {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &Watchdog{t: t, start: time.Now(), ctx: ctx, cancel: cancel}
-	if d, ok := w.next(0); ok {
+	if d, _, ok := w.due(0); ok {
 		w.mu.Lock()
 		w.timer = time.AfterFunc(d, w.check)
 		w.mu.Unlock()
@@ -89,14 +89,6 @@ func (w *Watchdog) Stop() {
 	}
 	w.mu.Unlock()
 	w.cancel(nil)
-}
-
-// next returns how long from elapsed until the earliest pending deadline, or
-// the reason that is already due (as ok=false with a zero duration handled
-// by the caller via due).
-func (w *Watchdog) next(elapsed time.Duration) (time.Duration, bool) {
-	d, _, ok := w.due(elapsed)
-	return d, ok
 }
 
 // due computes, at elapsed since start, either the clock that expired
