@@ -23,3 +23,9 @@ func TestConformance(t *testing.T) {
 		return open(t, t.TempDir(), now)
 	})
 }
+
+func BenchmarkStore(b *testing.B) {
+	storetest.RunBenchmarks(b, func(t testing.TB, now func() time.Time) store.Store {
+		return open(t, t.TempDir(), now)
+	})
+}

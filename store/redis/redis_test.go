@@ -43,3 +43,9 @@ func TestConformanceCluster(t *testing.T) {
 		return s
 	})
 }
+
+func BenchmarkStore(b *testing.B) {
+	storetest.RunBenchmarks(b, func(t testing.TB, now func() time.Time) store.Store {
+		return openSingle(t, now)
+	})
+}
