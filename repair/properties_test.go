@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,9 +104,13 @@ func plainMessage(v gjson.Result) bool {
 // answered exactly once by the tool messages right after its turn, no
 // tool message stands elsewhere, and no assistant message is empty.
 func checkOpenAIValid(b []byte) error {
-	var msgs []map[string]json.RawMessage
-	if err := json.Unmarshal(b, &msgs); err != nil {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(b, &elems); err != nil {
 		return err
+	}
+	msgs := make([]map[string]json.RawMessage, len(elems))
+	for i, e := range elems {
+		json.Unmarshal(e, &msgs[i]) // a non-object stays nil: a message of no role
 	}
 	seen := map[string]bool{}
 	var open map[string]bool
@@ -162,12 +167,17 @@ func checkGeminiValid(b []byte) error {
 	type fn struct {
 		ID, Name string
 	}
-	var cs []struct {
+	type content struct {
 		Role  string
 		Parts []map[string]json.RawMessage
 	}
-	if err := json.Unmarshal(b, &cs); err != nil {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(b, &elems); err != nil {
 		return err
+	}
+	cs := make([]content, len(elems))
+	for i, e := range elems {
+		json.Unmarshal(e, &cs[i]) // what does not fit stays zero, as repair sees it
 	}
 	seen := map[string]bool{}
 	var open []fn
@@ -356,8 +366,16 @@ func FuzzGemini(f *testing.F) {
 }
 
 // TestGeneratedHistories runs the properties over every history of up
-// to four steps the generators can make from single-byte ops.
+// to three steps the generators can make from a set of single-byte ops,
+// then over random longer programs.
 func TestGeneratedHistories(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	for range 3000 {
+		prog := make([]byte, r.Intn(24))
+		r.Read(prog)
+		checkProperties(t, OpenAIChat, checkOpenAIValid, genOpenAI(prog), Options{ReadOnlyTools: []string{"get_weather"}})
+		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
+	}
 	ops := []byte{0, 1, 2, 3, 3 + 8, 3 + 8*5, 4 + 8*2, 5, 5 + 8*3, 6 + 8, 7, 7 + 8*4, 2 + 8, 4 + 8*7}
 	var prog []byte
 	var rec func(depth int)
@@ -373,5 +391,5 @@ func TestGeneratedHistories(t *testing.T) {
 			prog = prog[:len(prog)-1]
 		}
 	}
-	rec(4)
+	rec(3)
 }
