@@ -42,7 +42,6 @@ func (h *argBytes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-
 // TestSaveCost proves that appending one message to a 1,000-message thread
 // sends O(1) bytes, while an overwrite sends the whole thread.
 func TestSaveCost(t *testing.T) {
