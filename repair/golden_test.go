@@ -50,6 +50,7 @@ var formats = []struct {
 }{
 	{"openai", OpenAIChat, checkOpenAIValid},
 	{"gemini", Gemini, checkGeminiValid},
+	{"responses", Responses, checkResponsesValid},
 }
 
 func loadCases(t testing.TB, dir string) map[string]*goldenCase {

@@ -38,6 +38,10 @@ func TestMockUpstream(t *testing.T) {
 		case "gemini":
 			url = srv.URL() + "/v1beta/models/" + c.Model + ":generateContent"
 			body["contents"] = history
+		case "responses":
+			url = srv.URL() + "/v1/responses"
+			body["model"], _ = json.Marshal(c.Model)
+			body["input"] = history
 		}
 		b, err := json.Marshal(body)
 		if err != nil {
@@ -47,10 +51,10 @@ func TestMockUpstream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if format == "openai" {
-			req.Header.Set("Authorization", "Bearer x")
-		} else {
+		if format == "gemini" {
 			req.Header.Set("x-goog-api-key", "x")
+		} else {
+			req.Header.Set("Authorization", "Bearer x")
 		}
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)

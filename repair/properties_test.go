@@ -75,6 +75,9 @@ func checkProperties(t testing.TB, fn repairFunc, valid func([]byte) error, in [
 // tool call, no result, and it is not an empty assistant or model turn.
 func plainMessage(v gjson.Result) bool {
 	role := v.Get("role").Str
+	if t := v.Get("type").Str; t == "function_call" || t == "function_call_output" {
+		return false
+	}
 	if v.Get("tool_calls").Exists() || role == "tool" || v.Get("parts.#.functionCall|#").Int() > 0 ||
 		v.Get("parts.#.functionResponse|#").Int() > 0 {
 		return false
@@ -375,6 +378,7 @@ func TestGeneratedHistories(t *testing.T) {
 		r.Read(prog)
 		checkProperties(t, OpenAIChat, checkOpenAIValid, genOpenAI(prog), Options{ReadOnlyTools: []string{"get_weather"}})
 		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
+		checkProperties(t, Responses, checkResponsesValid, genResponses(prog), Options{})
 	}
 	ops := []byte{0, 1, 2, 3, 3 + 8, 3 + 8*5, 4 + 8*2, 5, 5 + 8*3, 6 + 8, 7, 7 + 8*4, 2 + 8, 4 + 8*7}
 	var prog []byte
@@ -382,6 +386,7 @@ func TestGeneratedHistories(t *testing.T) {
 	rec = func(depth int) {
 		checkProperties(t, OpenAIChat, checkOpenAIValid, genOpenAI(prog), Options{ReadOnlyTools: []string{"get_weather"}})
 		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
+		checkProperties(t, Responses, checkResponsesValid, genResponses(prog), Options{})
 		if depth == 0 {
 			return
 		}
@@ -392,4 +397,94 @@ func TestGeneratedHistories(t *testing.T) {
 		}
 	}
 	rec(3)
+}
+
+// checkResponsesValid is an independent validator of Responses input
+// items: a run of function_call items (reasoning items among them) is
+// answered exactly by the function_call_output items right after it;
+// call ids are unique; no assistant message is empty.
+func checkResponsesValid(b []byte) error {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(b, &elems); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	open := map[string]bool{}
+	calls, inBlock := 0, false
+	for i, e := range elems {
+		var it struct{ Type, Role, CallID string }
+		var m map[string]json.RawMessage
+		json.Unmarshal(e, &m)
+		json.Unmarshal(m["type"], &it.Type)
+		json.Unmarshal(m["role"], &it.Role)
+		json.Unmarshal(m["call_id"], &it.CallID)
+		switch it.Type {
+		case "function_call", "reasoning":
+			if inBlock {
+				if len(open) > 0 {
+					return fmt.Errorf("item %d: calls %v unanswered", i, open)
+				}
+				calls, inBlock = 0, false
+			}
+			if it.Type == "function_call" {
+				if seen[it.CallID] {
+					return fmt.Errorf("item %d: call id %q reused", i, it.CallID)
+				}
+				seen[it.CallID], open[it.CallID] = true, true
+				calls++
+			}
+		case "function_call_output":
+			if calls == 0 || !open[it.CallID] {
+				return fmt.Errorf("item %d: output %q without a pending call", i, it.CallID)
+			}
+			delete(open, it.CallID)
+			inBlock = true
+		default:
+			if len(open) > 0 {
+				return fmt.Errorf("item %d: calls %v unanswered", i, open)
+			}
+			calls, inBlock = 0, false
+			c := string(m["content"])
+			if (it.Type == "" || it.Type == "message") && it.Role == "assistant" && (c == "" || c == "null" || c == `""` || c == "[]") {
+				return fmt.Errorf("item %d: empty assistant message", i)
+			}
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Errorf("calls %v unanswered at the end", open)
+	}
+	return nil
+}
+
+// genResponses is genOpenAI for Responses input items.
+func genResponses(prog []byte) []byte {
+	ids := []string{"a", "b", "c", "a_2", "b_3"}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < len(prog); i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		op, arg := prog[i]%8, int(prog[i]/8)
+		switch op {
+		case 0:
+			b.WriteString(`{"type":"message","role":"user","content":[{"type":"input_text","text":"u"}]}`)
+		case 1:
+			b.WriteString(`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"t"}]}`)
+		case 2:
+			b.WriteString([]string{`{"type":"message","role":"assistant","content":[]}`, `{"role":"assistant","content":""}`, `{"type":"reasoning","id":"rs_1","summary":[]}`, `{"role":"assistant"}`}[arg%4])
+		case 3, 4:
+			fmt.Fprintf(&b, `{"type":"function_call","call_id":%q,"name":"get_weather","arguments":"{}"}`, ids[arg%len(ids)])
+		case 5, 6, 7:
+			o := []string{`"r"`, `[{"type":"input_text","text":"p"}]`, `null`}[arg%3]
+			fmt.Fprintf(&b, `{"type":"function_call_output","call_id":%q,"output":%s}`, ids[(arg/3)%len(ids)], o)
+		}
+	}
+	b.WriteByte(']')
+	return []byte(b.String())
+}
+
+func FuzzResponses(f *testing.F) {
+	seedCorpus(f, "responses")
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzBody(t, data, genResponses, Responses, checkResponsesValid) })
 }
