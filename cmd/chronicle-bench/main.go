@@ -1,0 +1,451 @@
+// Command chronicle-bench measures chronicle against plain reverse proxies
+// on one machine in one run: it builds and starts cmd/mockllm, chronicle
+// (embedded store and a private Redis), Go's httputil.ReverseProxy and, when
+// installed, nginx; drives each with the same closed- and open-loop load;
+// and prints throughput, latency, latency added over direct (paired per
+// request), CPU per 1,000 requests, peak RSS, and checks that nothing the
+// proxy answered 2xx went unstored. See README.md in this folder.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// settings are the command-line flags.
+type settings struct {
+	Duration     time.Duration `json:"duration"`
+	Requests     int           `json:"requests"`
+	Concurrency  int           `json:"concurrency"`
+	Rate         float64       `json:"rate"`
+	ThreadLen    int           `json:"thread_len"`
+	ThreadLenBig int           `json:"thread_len_long"`
+	Chunks       int           `json:"chunks"`
+	ChunkDelay   time.Duration `json:"chunk_delay"`
+	Streams      int           `json:"streams"`
+	SlowDelay    time.Duration `json:"streams_chunk_delay"`
+	HOLBytes     int           `json:"hol_bytes"`
+	HOLWindow    time.Duration `json:"hol_window"`
+	Pin          bool          `json:"pin"`
+	Targets      string        `json:"targets"`
+	Workloads    string        `json:"workloads"`
+
+	json         bool
+	keep         bool
+	chronicleBin string
+	mockllmBin   string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*settings, error) {
+	s := &settings{}
+	fs := flag.NewFlagSet("chronicle-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&s.Duration, "duration", 2*time.Second, "length of each load phase")
+	fs.IntVar(&s.Requests, "requests", 0, "requests per phase instead of --duration (0: use duration)")
+	fs.IntVar(&s.Concurrency, "concurrency", 32, "closed loop: virtual users in flight")
+	fs.Float64Var(&s.Rate, "rate", 200, "open loop: arrivals per second (0 skips the open-loop workload)")
+	fs.IntVar(&s.ThreadLen, "thread-len", 20, "messages in each replace-mode request")
+	fs.IntVar(&s.ThreadLenBig, "thread-len-long", 200, "messages in the long replace workload, CPU scaling (0 skips)")
+	fs.IntVar(&s.Chunks, "chunks", 20, "text deltas per answer (X-Mock-Chunks)")
+	fs.DurationVar(&s.ChunkDelay, "chunk-delay", time.Millisecond, "mock delay between stream events in the stream workload")
+	fs.IntVar(&s.Streams, "streams", 2000, "concurrent slow streams per target in the streams check (0 skips)")
+	fs.DurationVar(&s.SlowDelay, "streams-chunk-delay", 50*time.Millisecond, "mock delay between events of the slow streams")
+	fs.IntVar(&s.HOLBytes, "hol-bytes", 10<<20, "size of the big request in the head-of-line check (0 skips)")
+	fs.DurationVar(&s.HOLWindow, "hol-window", 1500*time.Millisecond, "length of each half of the head-of-line check")
+	fs.BoolVar(&s.Pin, "pin", false, "pin each proxy process to its own core with taskset (the mock to core 0)")
+	fs.StringVar(&s.Targets, "targets", "all", "comma list of direct,go-httputil,nginx,chronicle-pass,chronicle-embedded,chronicle-redis")
+	fs.StringVar(&s.Workloads, "workloads", "all", "comma list of chat,stream,chat-open,replace,append,replace-long")
+	fs.BoolVar(&s.json, "json", false, "print the results as JSON instead of tables")
+	fs.BoolVar(&s.keep, "keep", false, "keep the temp dir (binaries, configs, data)")
+	fs.StringVar(&s.chronicleBin, "chronicle-bin", "", "chronicle binary (default: go build ./cmd/chronicle)")
+	fs.StringVar(&s.mockllmBin, "mockllm-bin", "", "mockllm binary (default: go build ./cmd/mockllm)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if s.Concurrency < 1 || s.Duration <= 0 && s.Requests <= 0 {
+		return nil, fmt.Errorf("need --concurrency >= 1 and a positive --duration or --requests")
+	}
+	return s, nil
+}
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == goProxyArg {
+		os.Exit(runGoProxy(os.Args[2]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Row is one workload against one target.
+type Row struct {
+	Workload     string   `json:"workload"`
+	Target       string   `json:"target"`
+	Requests     int      `json:"requests"`
+	Errors       int      `json:"errors"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
+	Seconds      float64  `json:"seconds"`
+	RPS          float64  `json:"rps"`
+	Latency      Dist     `json:"latency"`
+	TTFE         *Dist    `json:"ttfe,omitempty"`
+	Pairs        int      `json:"pairs"`
+	Added        *Dist    `json:"added,omitempty"`
+	AddedTTFE    *Dist    `json:"added_ttfe,omitempty"`
+	AddedGap     *Dist    `json:"added_gap,omitempty"`
+	CPUPer1k     float64  `json:"cpu_s_per_1k"`
+	StoreCPU1k   float64  `json:"store_cpu_s_per_1k,omitempty"`
+	PeakRSSKB    int64    `json:"peak_rss_kb"`
+}
+
+// Report is everything one run measured.
+type Report struct {
+	Settings *settings       `json:"settings"`
+	CPUs     int             `json:"cpus"`
+	Rows     []*Row          `json:"rows"`
+	Lost     []*LostCheck    `json:"lost"`
+	Streams  []*StreamsCheck `json:"streams"`
+	HOL      []*HOLCheck     `json:"head_of_line"`
+	Notes    []string        `json:"notes"`
+	Failed   bool            `json:"failed"`
+}
+
+// workload is one kind of load.
+type workload struct {
+	name    string
+	sp      *spec
+	open    bool // open loop at --rate
+	threads bool // a stable X-Thread-Id per virtual user
+	noPair  bool // skip the paired (added latency) phase
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	s, err := parseFlags(args, stderr)
+	if err != nil {
+		return 2
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "chronicle-bench: "+format+"\n", a...) }
+
+	dir, err := os.MkdirTemp("", "chronicle-bench-")
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	st := &starter{pin: s.Pin, ncpu: runtime.NumCPU()}
+	if s.Pin {
+		if p, err := exec.LookPath("taskset"); err == nil {
+			st.taskset = p
+		}
+	}
+	cleanup := func() {
+		st.stopAll()
+		if !s.keep {
+			os.RemoveAll(dir)
+		}
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		logf("interrupted; stopping children")
+		cleanup()
+		os.Exit(130)
+	}()
+	defer cleanup()
+
+	rep := &Report{Settings: s, CPUs: runtime.NumCPU()}
+	if s.Pin && st.taskset == "" {
+		rep.Notes = append(rep.Notes, "--pin: taskset not found, nothing pinned")
+	}
+	targets, err := setup(s, st, dir, rep, logf)
+	if err != nil {
+		logf("setup: %v", err)
+		return 2
+	}
+	bench(s, targets, rep, logf)
+
+	rep.Failed = failed(rep)
+	if s.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		printReport(stdout, rep)
+	}
+	if rep.Failed {
+		return 1
+	}
+	return 0
+}
+
+func want(list, name string) bool {
+	if list == "all" || list == "" {
+		return true
+	}
+	for _, n := range strings.Split(list, ",") {
+		if strings.TrimSpace(n) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// setup builds the binaries and starts every process; it returns the
+// targets in table order, direct first.
+func setup(s *settings, st *starter, dir string, rep *Report, logf func(string, ...any)) ([]*target, error) {
+	logf("building binaries into %s", dir)
+	if err := buildBinaries(dir, &s.chronicleBin, &s.mockllmBin,
+		want(s.Targets, "chronicle-pass") || want(s.Targets, "chronicle-embedded") || want(s.Targets, "chronicle-redis")); err != nil {
+		return nil, err
+	}
+	mock, mockURL, err := st.startMock(s.mockllmBin)
+	if err != nil {
+		return nil, err
+	}
+	logf("mockllm at %s", mockURL)
+	ts := []*target{{Name: "direct", base: mockURL, proc: mock, short: "d"}}
+	if want(s.Targets, "go-httputil") {
+		c, u, err := st.startGoProxy(mockURL)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, &target{Name: "go-httputil", base: u, proc: c, short: "g"})
+	}
+	if want(s.Targets, "nginx") {
+		if bin, err := exec.LookPath("nginx"); err != nil {
+			rep.Notes = append(rep.Notes, "nginx not on PATH: no nginx baseline")
+		} else {
+			c, u, err := st.startNginx(bin, dir, mockURL)
+			if err != nil {
+				return nil, err
+			}
+			ts = append(ts, &target{Name: "nginx", base: u, proc: c, short: "n"})
+		}
+	}
+	if want(s.Targets, "chronicle-pass") || want(s.Targets, "chronicle-embedded") {
+		c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "embedded", "")
+		if err != nil {
+			return nil, err
+		}
+		logf("chronicle (embedded) at %s", u)
+		if want(s.Targets, "chronicle-pass") {
+			ts = append(ts, &target{Name: "chronicle-pass", base: u + "/pass", proc: c, short: "cp"})
+		}
+		if want(s.Targets, "chronicle-embedded") {
+			ts = append(ts, &target{Name: "chronicle-embedded", base: u + "/persist", proc: c, persisted: true, short: "ce"})
+		}
+	}
+	if want(s.Targets, "chronicle-redis") {
+		r, addr, err := st.startRedis(dir)
+		if err != nil {
+			rep.Notes = append(rep.Notes, "no chronicle-redis target: "+err.Error())
+		} else {
+			c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "redis", "redis://"+addr+"/0")
+			if err != nil {
+				return nil, err
+			}
+			logf("chronicle (redis %s) at %s", addr, u)
+			ts = append(ts, &target{Name: "chronicle-redis", base: u + "/persist", proc: c, aux: r, persisted: true, short: "cr"})
+		}
+	}
+	return ts, nil
+}
+
+// workloads builds the request kinds once.
+func workloads(s *settings) []*workload {
+	const path = "/v1/chat/completions"
+	hi := []string{userMsg("Say hello.")}
+	var ws []*workload
+	add := func(w *workload) {
+		if want(s.Workloads, w.name) {
+			ws = append(ws, w)
+		}
+	}
+	add(&workload{name: "chat", threads: true, sp: &spec{path: path, body: chatBody(hi, false), headers: mockHeaders(s.Chunks, 0)}})
+	add(&workload{name: "stream", threads: true, sp: &spec{path: path, body: chatBody(hi, true), headers: mockHeaders(s.Chunks, s.ChunkDelay), stream: true}})
+	if s.Rate > 0 {
+		add(&workload{name: "chat-open", open: true, sp: &spec{path: path, body: chatBody(hi, false), headers: mockHeaders(s.Chunks, 0)}})
+	}
+	if s.ThreadLen > 0 {
+		add(&workload{name: "replace", threads: true, sp: &spec{path: path, body: chatBody(history(s.ThreadLen), false), headers: mockHeaders(s.Chunks, 0)}})
+	}
+	add(&workload{name: "append", threads: true, sp: &spec{path: path, body: chatBody(hi, false),
+		headers: append(mockHeaders(s.Chunks, 0), [2]string{"X-Thread-Mode", "append"})}})
+	if s.ThreadLenBig > 0 {
+		add(&workload{name: "replace-long", threads: true, noPair: true, sp: &spec{path: path, body: chatBody(history(s.ThreadLenBig), false), headers: mockHeaders(s.Chunks, 0)}})
+	}
+	return ws
+}
+
+// bench runs every workload against every target, then the checks.
+func bench(s *settings, ts []*target, rep *Report, logf func(string, ...any)) {
+	runTag := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	conns := 2*s.Concurrency + 16
+	clients := make([]*client, len(ts))
+	for i, t := range ts {
+		clients[i], _ = newClient(t, max(conns, 4*s.Concurrency))
+		defer clients[i].close()
+	}
+	direct := clients[0]
+	ws := workloads(s)
+	for _, w := range ws {
+		if w.sp.stream {
+			ref, err := streamRef(direct, w.sp)
+			if err != nil {
+				rep.Notes = append(rep.Notes, "stream reference: "+err.Error())
+			}
+			w.sp.ref = ref
+		}
+	}
+	for _, w := range ws {
+		for i, t := range ts {
+			logf("%-12s %s", w.name, t.Name)
+			row, okByTID := cell(s, w, t, clients[i], direct, runTag)
+			rep.Rows = append(rep.Rows, row)
+			if row.Errors > 0 {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s log after %s errors:\n%s", t.Name, w.name, indent(t.proc.lastLines(), 6)))
+			}
+			if t.persisted && !w.open && len(okByTID) > 0 {
+				rep.Lost = append(rep.Lost, countStored(clients[i], t.Name, w.name, okByTID))
+			}
+		}
+	}
+	if s.Streams > 0 {
+		sp := &spec{path: "/v1/chat/completions", body: chatBody([]string{userMsg("Say hello.")}, true),
+			headers: mockHeaders(s.Chunks, s.SlowDelay), stream: true}
+		ref, err := streamRef(direct, sp)
+		if err != nil {
+			rep.Notes = append(rep.Notes, "slow stream reference: "+err.Error())
+		}
+		sp.ref = ref
+		for _, t := range ts {
+			logf("streams      %s (%d at once)", t.Name, s.Streams)
+			rep.Streams = append(rep.Streams, streamsCheck(t, sp, s.Streams, "b"+runTag+"-"+t.short+"-slow"))
+		}
+	}
+	if s.HOLBytes > 0 {
+		small := &spec{path: "/v1/chat/completions", body: chatBody([]string{userMsg("Say hello.")}, true),
+			headers: mockHeaders(s.Chunks, time.Millisecond), stream: true}
+		small.ref, _ = streamRef(direct, small)
+		big := &spec{path: "/v1/chat/completions", body: bigBody(s.HOLBytes), headers: mockHeaders(1, 0)}
+		for _, t := range ts {
+			logf("head-of-line %s", t.Name)
+			rep.HOL = append(rep.HOL, holCheck(t, small, big, s.HOLWindow, "b"+runTag+"-"+t.short+"-hol"))
+		}
+	}
+}
+
+// cell runs one workload against one target: a measured phase for
+// throughput, latency, CPU and RSS, then (except for direct) a paired phase
+// for the latency added over direct.
+func cell(s *settings, w *workload, t *target, c, direct *client, runTag string) (*Row, map[string]int) {
+	row := &Row{Workload: w.name, Target: t.Name}
+	tids := func(phase string) func(int) string {
+		if !w.threads {
+			return nil
+		}
+		ids := make([]string, s.Concurrency)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("b%s-%s-%s-%s-%d", runTag, t.short, w.name, phase, i)
+		}
+		return func(i int) string { return ids[i] }
+	}
+	pid := t.proc.pid()
+	resetPeakRSS(pid)
+	cpu0 := cpuSeconds(pid)
+	var aux0 float64
+	if t.aux != nil {
+		aux0 = cpuSeconds(t.aux.pid())
+	}
+	l := &load{proxied: c, sp: w.sp, tid: tids("solo"), conc: s.Concurrency, dur: s.Duration, maxReq: s.Requests}
+	if w.open {
+		l.rate = s.Rate
+	}
+	solo := l.run()
+	cpu := cpuSeconds(pid) - cpu0
+	row.Requests = len(solo.samples)
+	row.Seconds = solo.elapsed.Seconds()
+	row.RPS = float64(row.Requests) / row.Seconds
+	if row.Requests > 0 {
+		row.CPUPer1k = cpu / float64(row.Requests) * 1000
+		if t.aux != nil {
+			row.StoreCPU1k = (cpuSeconds(t.aux.pid()) - aux0) / float64(row.Requests) * 1000
+		}
+	}
+	var lat, ttfe []int64
+	for _, sm := range solo.samples {
+		if sm.ok {
+			lat = append(lat, sm.lat)
+			ttfe = append(ttfe, sm.ttfe)
+		}
+	}
+	row.Latency = summarize(lat)
+	if w.sp.stream {
+		d := summarize(ttfe)
+		row.TTFE = &d
+	}
+	row.Errors = solo.errCount
+	row.ErrorSamples = solo.errs
+	okByTID := solo.okByTID
+	if t.Name != "direct" && !w.noPair {
+		pl := &load{proxied: c, direct: direct, sp: w.sp, tid: tids("pair"), conc: s.Concurrency, dur: s.Duration, maxReq: s.Requests}
+		if w.open {
+			pl.rate = s.Rate
+		}
+		paired := pl.run()
+		row.Pairs = len(paired.pairs)
+		row.Added = addedDist(paired.pairs)
+		row.AddedTTFE = addedDist(paired.ttfe)
+		row.AddedGap = addedDist(paired.gap)
+		row.Errors += paired.errCount
+		for _, e := range paired.errs {
+			if len(row.ErrorSamples) < 5 {
+				row.ErrorSamples = append(row.ErrorSamples, e)
+			}
+		}
+		for k, v := range paired.okByTID {
+			okByTID[k] += v
+		}
+	}
+	row.PeakRSSKB = statusKB(pid, "VmHWM")
+	return row, okByTID
+}
+
+// failed reports whether any request failed or any check found a loss.
+func failed(r *Report) bool {
+	for _, row := range r.Rows {
+		if row.Errors > 0 {
+			return true
+		}
+	}
+	for _, l := range r.Lost {
+		if l.Failed() {
+			return true
+		}
+	}
+	for _, sc := range r.Streams {
+		if sc.Failed > 0 {
+			return true
+		}
+	}
+	for _, h := range r.HOL {
+		if h.Errors > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// indent prefixes every line of the last n lines of s.
+func indent(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return "    " + strings.Join(lines, "\n    ")
+}

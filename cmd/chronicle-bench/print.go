@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// dash prints a distribution field or "-" when there is none.
+func dash(d *Dist, f func(*Dist) int64, signed bool) string {
+	if d == nil || d.N == 0 {
+		return "-"
+	}
+	if signed {
+		return fmtSigned(f(d))
+	}
+	return fmtDur(f(d))
+}
+
+func p50(d *Dist) int64 { return d.P50 }
+func p90(d *Dist) int64 { return d.P90 }
+func p99(d *Dist) int64 { return d.P99 }
+
+func fmtCPU(sec float64) string {
+	if sec <= 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(sec, 'f', 3, 64)
+}
+
+func fmtMB(kb int64) string {
+	if kb <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(kb)/1024, 'f', 1, 64)
+}
+
+// mainRows renders the load table.
+func mainRows(rows []*Row) (headers []string, out [][]string) {
+	headers = []string{"workload", "target", "req", "err", "req/s", "p50", "p90", "p99", "max",
+		"+p50", "+p90", "+p99", "+ttfe50", "+ttfe99", "+gap50", "+gap99", "cpu s/1k", "rss MB"}
+	for _, r := range rows {
+		lat := &r.Latency
+		cpu := fmtCPU(r.CPUPer1k)
+		if r.StoreCPU1k > 0 {
+			cpu += "+" + fmtCPU(r.StoreCPU1k) + "r"
+		}
+		out = append(out, []string{r.Workload, r.Target, strconv.Itoa(r.Requests), strconv.Itoa(r.Errors),
+			strconv.FormatFloat(r.RPS, 'f', 0, 64),
+			dash(lat, p50, false), dash(lat, p90, false), dash(lat, p99, false), dash(lat, func(d *Dist) int64 { return d.Max }, false),
+			dash(r.Added, p50, true), dash(r.Added, p90, true), dash(r.Added, p99, true),
+			dash(r.AddedTTFE, p50, true), dash(r.AddedTTFE, p99, true),
+			dash(r.AddedGap, p50, true), dash(r.AddedGap, p99, true),
+			cpu, fmtMB(r.PeakRSSKB)})
+	}
+	return headers, out
+}
+
+// scalingRows compares CPU per request at the two thread lengths.
+func scalingRows(rows []*Row) (headers []string, out [][]string) {
+	headers = []string{"target", "cpu s/1k replace", "cpu s/1k replace-long", "ratio", "p50 replace", "p50 replace-long"}
+	short := map[string]*Row{}
+	for _, r := range rows {
+		if r.Workload == "replace" {
+			short[r.Target] = r
+		}
+	}
+	for _, r := range rows {
+		if r.Workload != "replace-long" {
+			continue
+		}
+		s := short[r.Target]
+		if s == nil {
+			continue
+		}
+		ratio := "-"
+		if s.CPUPer1k > 0 {
+			ratio = strconv.FormatFloat(r.CPUPer1k/s.CPUPer1k, 'f', 1, 64) + "x"
+		}
+		out = append(out, []string{r.Target, fmtCPU(s.CPUPer1k), fmtCPU(r.CPUPer1k), ratio, fmtDur(s.Latency.P50), fmtDur(r.Latency.P50)})
+	}
+	return headers, out
+}
+
+func printReport(w io.Writer, r *Report) {
+	s := r.Settings
+	fmt.Fprintf(w, "chronicle-bench: %d CPUs, concurrency %d, %s per phase, open loop %.0f/s, thread %d/%d messages, %d chunks (%s apart in stream), pin=%v\n\n",
+		r.CPUs, s.Concurrency, phaseLen(s), s.Rate, s.ThreadLen, s.ThreadLenBig, s.Chunks, s.ChunkDelay, s.Pin)
+	h, rows := mainRows(r.Rows)
+	renderTable(w, h, rows, 2)
+	for _, row := range r.Rows {
+		for _, e := range row.ErrorSamples {
+			fmt.Fprintf(w, "  error %s/%s: %s\n", row.Workload, row.Target, e)
+		}
+	}
+	if h, rows := scalingRows(r.Rows); len(rows) > 0 {
+		fmt.Fprintf(w, "\nthread-length scaling (%d vs %d messages, replace mode)\n", s.ThreadLen, s.ThreadLenBig)
+		renderTable(w, h, rows, 1)
+	}
+	if len(r.Lost) > 0 {
+		fmt.Fprintln(w, "\nnothing lost: completed runs stored vs. 2xx answers received")
+		var rows [][]string
+		for _, l := range r.Lost {
+			verdict := "ok"
+			switch {
+			case l.Unverified != "":
+				verdict = "UNVERIFIED"
+			case l.Failed():
+				verdict = "LOST " + strconv.Itoa(l.OK2xx-l.Stored)
+			}
+			stored := strconv.Itoa(l.Stored)
+			if l.Unverified != "" {
+				stored = "?"
+			}
+			rows = append(rows, []string{l.Target, l.Workload, strconv.Itoa(l.Threads), strconv.Itoa(l.OK2xx), stored, verdict})
+		}
+		renderTable(w, []string{"target", "workload", "threads", "2xx", "stored", "verdict"}, rows, 2)
+		seen := map[string]bool{}
+		for _, l := range r.Lost {
+			if l.Unverified != "" && !seen[l.Unverified] {
+				seen[l.Unverified] = true
+				fmt.Fprintf(w, "  unverified: %s\n", l.Unverified)
+			}
+			for _, m := range l.Mismatches[:min(len(l.Mismatches), 3)] {
+				fmt.Fprintf(w, "  %s/%s: %s\n", l.Target, l.Workload, m)
+			}
+		}
+	}
+	if len(r.Streams) > 0 {
+		fmt.Fprintf(w, "\nconcurrent slow streams (%d at once, %d events %s apart; order checked against direct)\n", s.Streams, s.Chunks, s.SlowDelay)
+		var rows [][]string
+		for _, c := range r.Streams {
+			rows = append(rows, []string{c.Target, strconv.Itoa(c.OK), strconv.Itoa(c.Failed), strconv.FormatFloat(c.Seconds, 'f', 2, 64),
+				fmtMB(c.BaseRSSKB), fmtMB(c.PeakRSSKB), strconv.FormatFloat(c.KBPerStream, 'f', 1, 64)})
+		}
+		renderTable(w, []string{"target", "ok", "failed", "seconds", "rss MB before", "rss MB peak", "KB/stream"}, rows, 1)
+		for _, c := range r.Streams {
+			for _, e := range c.ErrorSamples {
+				fmt.Fprintf(w, "  %s: %s\n", c.Target, e)
+			}
+		}
+	}
+	if len(r.HOL) > 0 {
+		fmt.Fprintf(w, "\nhead-of-line: 4 small streams (1ms apart) alone, then beside back-to-back %.1f MB requests on another connection\n", float64(s.HOLBytes)/(1<<20))
+		var rows [][]string
+		for _, x := range r.HOL {
+			rows = append(rows, []string{x.Target, strconv.Itoa(x.Streams), fmtDur(x.AloneGapP99), fmtDur(x.WithGapP99),
+				fmtDur(x.AloneTTFE99), fmtDur(x.WithTTFE99), fmt.Sprintf("%d/%d", x.BigOK, x.BigSent), fmtDur(x.BigP50), strconv.Itoa(x.Errors)})
+		}
+		renderTable(w, []string{"target", "streams", "gap p99 alone", "gap p99 with big", "ttfe p99 alone", "ttfe p99 with big", "big ok", "big p50", "err"}, rows, 1)
+		for _, x := range r.HOL {
+			for _, e := range x.ErrSamples {
+				fmt.Fprintf(w, "  %s: %s\n", x.Target, e)
+			}
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if r.Failed {
+		fmt.Fprintln(w, "\nRESULT: FAILED (requests failed, or stored turns differ from 2xx answers)")
+	} else {
+		fmt.Fprintln(w, "\nRESULT: ok")
+	}
+}
+
+func phaseLen(s *settings) string {
+	if s.Requests > 0 {
+		return strconv.Itoa(s.Requests) + " requests"
+	}
+	return s.Duration.String()
+}
