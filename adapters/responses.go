@@ -1,0 +1,619 @@
+package adapters
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+// ResponsesDialect configures the OpenAI Responses adapter for one family
+// of servers. Override fields per connection by copying a preset.
+type ResponsesDialect struct {
+	// Name is informative ("openai", "chatgpt").
+	Name string
+	// SessionField is the body field that carries the session id
+	// ("prompt_cache_key"), "" for none.
+	SessionField string
+	// SessionHeaders are headers set to the session id the upstream
+	// receives (the ChatGPT/Codex backend's "session-id").
+	SessionHeaders []string
+}
+
+// Responses dialect presets (wire-formats.md §2 and §5.1).
+var (
+	// ResponsesOpenAI is api.openai.com/v1/responses and compatible
+	// servers: the session id goes in prompt_cache_key.
+	ResponsesOpenAI = ResponsesDialect{Name: "openai", SessionField: "prompt_cache_key"}
+	// ResponsesChatGPT is the ChatGPT/Codex backend
+	// (chatgpt.com/backend-api/codex/responses): prompt_cache_key plus the
+	// "session-id" header current Codex sends (DESIGN.md "Session ids by
+	// provider").
+	ResponsesChatGPT = ResponsesDialect{Name: "chatgpt", SessionField: "prompt_cache_key",
+		SessionHeaders: []string{"session-id"}}
+)
+
+// Restored field names of the Responses adapter.
+const (
+	// FieldReasoning is a reasoning item inserted back before the
+	// function call or assistant message that followed it.
+	FieldReasoning = "reasoning"
+	// FieldEncryptedContent is encrypted_content put back on a reasoning
+	// item the client sent without it.
+	FieldEncryptedContent = "encrypted_content"
+)
+
+// Responses is the adapter for the OpenAI Responses API (POST
+// /v1/responses) and servers speaking it, such as the ChatGPT/Codex
+// backend. Its "messages" are the items of the request's input array, and
+// an assembled turn is the JSON array of output items a client appends to
+// its next input.
+type Responses struct {
+	d ResponsesDialect
+}
+
+// NewResponses returns the Responses adapter for a dialect.
+func NewResponses(d ResponsesDialect) *Responses { return &Responses{d: d} }
+
+var _ Adapter = (*Responses)(nil)
+
+// Dialect returns the adapter's configuration.
+func (a *Responses) Dialect() ResponsesDialect { return a.d }
+
+// Format implements Adapter.
+func (a *Responses) Format() Format { return FormatOpenAIResponses }
+
+// Classify implements Adapter: POST …/responses is a turn (streaming when
+// the body says "stream": true); anything else — GET /responses/{id},
+// input_items, cancel, compact, input_tokens — passes through.
+func (a *Responses) Classify(method, path, query string, body []byte) Op {
+	p := strings.TrimRight(path, "/")
+	if method != "POST" || !strings.HasSuffix(p, "/responses") {
+		return Op{Kind: OpPassThrough}
+	}
+	op := Op{Kind: OpGenerate, Model: get(body, "model").String()}
+	if get(body, "stream").Bool() {
+		op.Stream, op.Framing = true, FramingSSE
+	}
+	return op
+}
+
+// Messages implements Adapter: the input items array (a slice of body).
+// A string input is returned as one user message item
+// {"type":"message","role":"user","content":"…"} (a new slice).
+func (a *Responses) Messages(body []byte) ([]byte, bool) {
+	r := get(body, "input")
+	switch {
+	case r.Type == gjson.String:
+		b := make([]byte, 0, len(r.Raw)+48)
+		b = append(b, `[{"type":"message","role":"user","content":`...)
+		b = append(b, r.Raw...)
+		return append(b, "}]"...), true
+	case r.IsArray() && gjson.Valid(r.Raw):
+		return rawSlice(body, r), true
+	}
+	return nil, false
+}
+
+// SetMessages implements Adapter; input is always written as an array.
+func (a *Responses) SetMessages(body, messages []byte) ([]byte, error) {
+	if !gjson.ValidBytes(messages) || !gjson.Parse(str(messages)).IsArray() {
+		return nil, fmt.Errorf("set input: %w", ErrInvalidJSON)
+	}
+	return setRaw(body, "input", messages)
+}
+
+// System implements Adapter. Responses "instructions" are per request (not
+// carried over by previous_response_id) and stay in the body; there is no
+// stored system prompt.
+func (a *Responses) System(body []byte) []byte { return nil }
+
+// SetSystem implements Adapter as a no-op.
+func (a *Responses) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
+
+// itemKind classifies an input/output item.
+type itemKind uint8
+
+const (
+	kindOther itemKind = iota
+	kindMessage
+	kindCall   // function_call, custom_tool_call
+	kindResult // function_call_output, custom_tool_call_output
+	kindReasoning
+)
+
+// respItemType returns an item's type and kind; an item without "type"
+// but with "role" is a message.
+func respItemType(it gjson.Result) (string, itemKind) {
+	t := it.Get("type")
+	switch t.Raw {
+	case `"message"`:
+		return "message", kindMessage
+	case `"function_call"`:
+		return "function_call", kindCall
+	case `"custom_tool_call"`:
+		return "custom_tool_call", kindCall
+	case `"function_call_output"`:
+		return "function_call_output", kindResult
+	case `"custom_tool_call_output"`:
+		return "custom_tool_call_output", kindResult
+	case `"reasoning"`:
+		return "reasoning", kindReasoning
+	case "":
+		if it.Get("role").Exists() {
+			return "message", kindMessage
+		}
+		return "", kindOther
+	}
+	return t.String(), kindOther
+}
+
+// WalkMessages implements Adapter over input items. A message item's Role
+// is its role; every other item's Role is its type ("function_call",
+// "function_call_output", "reasoning", or an unknown type as is). Calls
+// come from function_call and custom_tool_call items (call_id, name),
+// Results from function_call_output and custom_tool_call_output (call_id).
+// EmptyText is computed for message items and true for the others.
+func (a *Responses) WalkMessages(messages []byte, fn func(Message) bool) error {
+	arr := gjson.Parse(str(messages))
+	if !arr.IsArray() {
+		return fmt.Errorf("walk input: %w", ErrNoMessages)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	i := 0
+	arr.ForEach(func(_, it gjson.Result) bool {
+		calls, results = calls[:0], results[:0]
+		typ, kind := respItemType(it)
+		msg := Message{Index: i, Raw: rawSlice(messages, it), Role: typ, EmptyText: true}
+		switch kind {
+		case kindMessage:
+			msg.Role = knownRole(it.Get("role"))
+			msg.EmptyText = responsesEmptyText(it.Get("content"))
+		case kindCall:
+			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
+		case kindResult:
+			results = append(results, ToolResult{CallID: it.Get("call_id").String()})
+		}
+		msg.Calls, msg.Results = calls, results
+		i++
+		return fn(msg)
+	})
+	return nil
+}
+
+// responsesEmptyText reports whether a message content holds no non-empty
+// text: null, "", absent, or parts none of which has a non-empty text or
+// refusal (input_image/input_file parts count as non-empty).
+func responsesEmptyText(c gjson.Result) bool {
+	switch {
+	case c.Type == gjson.String:
+		return c.Raw == `""`
+	case c.IsArray():
+		empty := true
+		c.ForEach(func(_, p gjson.Result) bool {
+			switch p.Get("type").String() {
+			case "output_text", "input_text", "text", "", "refusal":
+				if p.Get("text").String() != "" || p.Get("refusal").String() != "" {
+					empty = false
+				}
+			default:
+				empty = false
+			}
+			return empty
+		})
+		return empty
+	}
+	return true
+}
+
+// PrepareUpstream implements Adapter: it sets the dialect's session field
+// (prompt_cache_key) unless the client set one — then the client's value
+// is what the upstream receives — and sets the dialect's session headers
+// to that same value, so body and headers agree. Responses streams always
+// carry usage in response.completed, so nothing is injected for it.
+func (a *Responses) PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error) {
+	up := Upstream{Body: body}
+	sid := sessionID
+	if a.d.SessionField != "" {
+		if cur := get(body, a.d.SessionField); cur.Type == gjson.String && cur.Str != "" {
+			sid = cur.Str
+		} else if sessionID != "" {
+			var err error
+			if up.Body, err = sjson.SetBytes(body, a.d.SessionField, sessionID); err != nil {
+				return Upstream{}, fmt.Errorf("set %s: %w", a.d.SessionField, err)
+			}
+		}
+	}
+	if sid == "" {
+		return up, nil
+	}
+	if a.d.SessionField != "" {
+		up.SessionID = sid
+	}
+	for _, h := range a.d.SessionHeaders {
+		up.Headers = append(up.Headers, Header{Name: h, Value: sid})
+		up.SessionID = sid
+	}
+	return up, nil
+}
+
+// StripAddedUsage implements Adapter; the Responses adapter never adds
+// usage options, so every event is returned as is.
+func (a *Responses) StripAddedUsage(event []byte) ([]byte, bool) { return event, false }
+
+// ErrorBody implements Adapter with the OpenAI error envelope
+// {"error":{"message","type","param":null,"code"}} (see OpenAIChat.ErrorBody).
+func (a *Responses) ErrorBody(status int, code, message string) []byte {
+	return (&OpenAIChat{}).ErrorBody(status, code, message)
+}
+
+// StreamErrorEvent implements Adapter: an "error" event as Responses
+// streams send it (wire-formats.md §2.3, the documented flat shape):
+//
+//	event: error
+//	data: {"type":"error","code":CODE,"message":MSG,"param":null,"sequence_number":0}
+//
+// openai-node throws it as an APIError.
+func (a *Responses) StreamErrorEvent(status int, code, message string) []byte {
+	b := make([]byte, 0, 112+len(code)+len(message))
+	b = append(b, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
+	b = appendJSONString(b, code)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, message)
+	b = append(b, `,"param":null,"sequence_number":0}`...)
+	return append(b, "\n\n"...)
+}
+
+// ResponseID returns the response id of a non-stream Responses body
+// ("id") or of a stream event that carries the response object
+// (response.created, response.completed, …: "response.id"); "" when there
+// is none. The proxy keys stored threads by it to expand
+// previous_response_id.
+func (a *Responses) ResponseID(payload []byte) string {
+	if id := get(payload, "response.id"); id.Type == gjson.String {
+		return id.Str
+	}
+	if get(payload, "object").Str == "response" {
+		return get(payload, "id").Str
+	}
+	return ""
+}
+
+// ExpandPreviousResponse rewrites a request that chains on a stored
+// response for an upstream that keeps no state: it removes
+// previous_response_id and prepends storedItems (the JSON array of the
+// items the chained thread holds, as a client would have sent them) to
+// input. A string input becomes a user message item. A body without
+// previous_response_id is returned unchanged.
+func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
+	if !gjson.ValidBytes(body) {
+		return nil, fmt.Errorf("expand previous response: %w", ErrInvalidJSON)
+	}
+	prev := get(body, "previous_response_id")
+	if prev.Type != gjson.String || prev.Str == "" {
+		return body, nil
+	}
+	st := gjson.Parse(str(storedItems))
+	if !st.IsArray() || !gjson.ValidBytes(storedItems) {
+		return nil, fmt.Errorf("expand previous response: stored items: %w", ErrInvalidJSON)
+	}
+	in, _ := (&Responses{}).Messages(body)
+	merged := make([]byte, 0, len(storedItems)+len(in)+2)
+	merged = append(merged, '[')
+	n := 0
+	add := func(arr []byte) {
+		gjson.Parse(str(arr)).ForEach(func(_, it gjson.Result) bool {
+			if n > 0 {
+				merged = append(merged, ',')
+			}
+			merged = append(merged, it.Raw...)
+			n++
+			return true
+		})
+	}
+	add(storedItems)
+	add(in)
+	merged = append(merged, ']')
+	out, err := sjson.DeleteBytes(body, "previous_response_id")
+	if err != nil {
+		return nil, fmt.Errorf("expand previous response: %w", err)
+	}
+	if out, err = setRaw(out, "input", merged); err != nil {
+		return nil, fmt.Errorf("expand previous response: %w", err)
+	}
+	return out, nil
+}
+
+// ParseResponse implements Adapter for a non-stream Responses body (the
+// response object): the message is the output array, compacted. An error
+// envelope ({"error":{…}}, or the ChatGPT backend's {"detail":…}) or a
+// response with status "failed" gives FinishError with the error object.
+// Terminal is false only for a background response still queued or in
+// progress.
+func (a *Responses) ParseResponse(body []byte) (Turn, error) {
+	if !gjson.ValidBytes(body) {
+		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
+	}
+	root := gjson.Parse(str(body))
+	if !root.IsObject() {
+		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+	}
+	out := root.Get("output")
+	if !out.Exists() {
+		if e := root.Get("error"); e.Exists() && e.Type != gjson.Null {
+			return Turn{Message: []byte("[]"), Finish: FinishError, Terminal: true, Error: []byte(e.Raw)}, nil
+		}
+		if root.Get("detail").Exists() {
+			return Turn{Message: []byte("[]"), Finish: FinishError, Terminal: true, Error: []byte(root.Raw)}, nil
+		}
+		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+	}
+	t := Turn{Terminal: true}
+	if out.IsArray() {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, []byte(out.Raw)); err != nil {
+			return Turn{}, fmt.Errorf("parse response: %w: %v", ErrInvalidJSON, err)
+		}
+		t.Message = buf.Bytes()
+	} else {
+		t.Message = []byte("[]")
+	}
+	t.ToolCalls = responsesCalls(t.Message)
+	t.Usage = responsesUsage(root.Get("usage"))
+	status := root.Get("status").String()
+	var e gjson.Result
+	if x := root.Get("error"); x.Exists() && x.Type != gjson.Null {
+		e = x
+	}
+	t.Finish, t.FinishRaw = responsesFinish(status, root.Get("incomplete_details.reason").String(), len(t.ToolCalls) > 0)
+	if status == "queued" || status == "in_progress" {
+		t.Terminal = false
+	}
+	if e.Exists() {
+		t.Error = []byte(e.Raw)
+		t.Finish = FinishError
+	}
+	return t, nil
+}
+
+// responsesCalls lists the function_call and custom_tool_call items of an
+// output array.
+func responsesCalls(items []byte) []ToolCall {
+	var calls []ToolCall
+	gjson.Parse(str(items)).ForEach(func(_, it gjson.Result) bool {
+		if _, k := respItemType(it); k == kindCall {
+			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
+		}
+		return true
+	})
+	return calls
+}
+
+// responsesUsage reads a Responses usage object.
+func responsesUsage(u gjson.Result) Usage {
+	if !u.IsObject() {
+		return Usage{}
+	}
+	us := Usage{Present: true}
+	u.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "input_tokens":
+			us.InputTokens = v.Int()
+		case "output_tokens":
+			us.OutputTokens = v.Int()
+		case "input_tokens_details":
+			us.CachedTokens = v.Get("cached_tokens").Int()
+		case "output_tokens_details":
+			us.ReasoningTokens = v.Get("reasoning_tokens").Int()
+		}
+		return true
+	})
+	return us
+}
+
+// responsesFinish maps a response status (and, for "incomplete", the
+// incomplete_details reason) to a finish reason and its raw value.
+func responsesFinish(status, reason string, hasCalls bool) (FinishReason, string) {
+	switch status {
+	case "completed":
+		if hasCalls {
+			return FinishToolCalls, status
+		}
+		return FinishStop, status
+	case "incomplete":
+		if reason == "" {
+			reason = status
+		}
+		if reason == "content_filter" {
+			return FinishContentFilter, reason
+		}
+		return FinishLength, reason
+	case "failed", "cancelled":
+		return FinishError, status
+	}
+	return FinishNone, status
+}
+
+// Restore implements Adapter for Responses input items. It puts back
+// reasoning items a client dropped and encrypted_content a client
+// stripped, taking them from the stored thread's items:
+//
+//   - An incoming function_call (or custom_tool_call) matches a stored one
+//     by call_id; the stored reasoning item right before the stored call's
+//     run of calls is inserted before the incoming call's run of calls
+//     when the incoming input does not hold it (by id) and no reasoning
+//     item already stands there.
+//   - An incoming assistant message matches a stored one by its id, else
+//     by position among assistant messages when their text is equal; the
+//     stored reasoning item right before it is inserted the same way.
+//   - A reasoning item whose id names a stored reasoning item gets the
+//     stored encrypted_content when its own is missing, null or "".
+//
+// Each inserted item is reported as FieldReasoning and each restored
+// encrypted_content as FieldEncryptedContent, with its index in the
+// returned array. The model does not select anything. Bytes outside the
+// edits are kept; incoming itself is returned when nothing changed.
+func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
+	in := gjson.Parse(str(incoming))
+	if !in.IsArray() {
+		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
+	}
+	st := gjson.Parse(str(stored))
+	if !st.IsArray() {
+		return incoming, nil, nil
+	}
+	stItems := elements(st)
+	stKinds := make([]itemKind, len(stItems))
+	hasReasoning := false
+	for i, it := range stItems {
+		_, stKinds[i] = respItemType(it)
+		hasReasoning = hasReasoning || stKinds[i] == kindReasoning
+	}
+	if !hasReasoning {
+		return incoming, nil, nil
+	}
+	rsByID := map[string]int{}
+	callRs := map[string]int{} // call_id → stored reasoning index, -1 for none
+	type stMsg struct {
+		item gjson.Result
+		rs   int
+	}
+	var stAsst []stMsg
+	msgByID := map[string]int{}
+	for i, it := range stItems {
+		switch stKinds[i] {
+		case kindReasoning:
+			if id := it.Get("id").Str; id != "" {
+				rsByID[id] = i
+			}
+		case kindCall:
+			j := i - 1
+			for j >= 0 && stKinds[j] == kindCall {
+				j--
+			}
+			rs := -1
+			if j >= 0 && stKinds[j] == kindReasoning {
+				rs = j
+			}
+			if id := it.Get("call_id").Str; id != "" {
+				callRs[id] = rs
+			}
+		case kindMessage:
+			if it.Get("role").Str != "assistant" {
+				continue
+			}
+			rs := -1
+			if i > 0 && stKinds[i-1] == kindReasoning {
+				rs = i - 1
+			}
+			if id := it.Get("id").Str; id != "" {
+				msgByID[id] = len(stAsst)
+			}
+			stAsst = append(stAsst, stMsg{it, rs})
+		}
+	}
+	inItems := elements(in)
+	inKinds := make([]itemKind, len(inItems))
+	inRs := map[string]bool{}
+	for i, it := range inItems {
+		_, inKinds[i] = respItemType(it)
+		if inKinds[i] == kindReasoning {
+			if id := it.Get("id").Str; id != "" {
+				inRs[id] = true
+			}
+		}
+	}
+	var edits []edit
+	var restored []Restored
+	inserted := map[int]bool{}
+	shift, k := 0, -1
+	for i, it := range inItems {
+		rs, at := -1, i
+		switch inKinds[i] {
+		case kindReasoning:
+			j, ok := rsByID[it.Get("id").Str]
+			if !ok {
+				continue
+			}
+			sr := stItems[j].Get("encrypted_content")
+			if !usable(sr) || !dropped(it.Get("encrypted_content")) {
+				continue
+			}
+			msg, err := setField([]byte(it.Raw), "encrypted_content", sr.Raw)
+			if err != nil {
+				return incoming, nil, err
+			}
+			edits = append(edits, edit{it.Index, it.Index + len(it.Raw), msg})
+			restored = append(restored, Restored{Field: FieldEncryptedContent, MessageIndex: i + shift})
+		case kindCall:
+			j, ok := callRs[it.Get("call_id").Str]
+			if !ok || j < 0 {
+				continue
+			}
+			rs = j
+			// Back to the start of the run of calls that share this
+			// reasoning item (or are unknown to the stored thread).
+			for at > 0 && inKinds[at-1] == kindCall {
+				if p, ok := callRs[inItems[at-1].Get("call_id").Str]; ok && p != rs {
+					break
+				}
+				at--
+			}
+		case kindMessage:
+			if it.Get("role").Str != "assistant" {
+				continue
+			}
+			k++
+			m, ok := msgByID[it.Get("id").Str]
+			if !ok {
+				if k >= len(stAsst) || it.Get("id").Str != "" && stAsst[k].item.Get("id").Str != "" ||
+					!responsesSameText(it.Get("content"), stAsst[k].item.Get("content")) {
+					continue
+				}
+				m = k
+			}
+			rs = stAsst[m].rs
+		}
+		if rs < 0 || inserted[rs] {
+			continue
+		}
+		srs := stItems[rs]
+		if id := srs.Get("id").Str; id != "" && inRs[id] || at > 0 && inKinds[at-1] == kindReasoning {
+			continue
+		}
+		inserted[rs] = true
+		val := make([]byte, 0, len(srs.Raw)+1)
+		val = append(append(val, srs.Raw...), ',')
+		pos := inItems[at].Index
+		edits = append(edits, edit{pos, pos, val})
+		restored = append(restored, Restored{Field: FieldReasoning, MessageIndex: at + shift})
+		shift++
+	}
+	return splice(incoming, edits), restored, nil
+}
+
+// responsesSameText compares two message contents by their text: a string
+// content, or the concatenated text and refusal of its parts.
+func responsesSameText(a, b gjson.Result) bool {
+	return responsesText(a) == responsesText(b)
+}
+
+func responsesText(c gjson.Result) string {
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var sb strings.Builder
+	c.ForEach(func(_, p gjson.Result) bool {
+		sb.WriteString(p.Get("text").Str)
+		if r := p.Get("refusal").Str; r != "" {
+			sb.WriteString("\x00refusal:")
+			sb.WriteString(r)
+		}
+		return true
+	})
+	return sb.String()
+}
