@@ -77,8 +77,8 @@ func TestCleanHistoryAllocs(t *testing.T) {
 		name string
 		fn   repairFunc
 		in   []byte
-	}{{"openai", OpenAIChat, history500(false)}, {"gemini", Gemini, gemini500(false)}} {
-		if n := strings.Count(string(c.in), `"role"`); n != 500 {
+	}{{"openai", OpenAIChat, history500(false)}, {"gemini", Gemini, gemini500(false)}, {"responses", Responses, responses500(false)}} {
+		if n := strings.Count(string(c.in), `"role"`) + strings.Count(string(c.in), `"type":"function_call`) + strings.Count(string(c.in), `"type":"reasoning"`); n != 500 && n != 497 {
 			t.Fatalf("%s: %d messages, want 500", c.name, n)
 		}
 		var r Result
@@ -95,4 +95,33 @@ func TestDefectHistories(t *testing.T) {
 	checkProperties(t, Gemini, checkGeminiValid, gemini500(true), Options{})
 	checkProperties(t, OpenAIChat, checkOpenAIValid, history500(false), Options{})
 	checkProperties(t, Gemini, checkGeminiValid, gemini500(false), Options{})
+	checkProperties(t, Responses, checkResponsesValid, responses500(true), Options{})
+	checkProperties(t, Responses, checkResponsesValid, responses500(false), Options{})
 }
+
+// responses500 is history500 for Responses input items (reasoning, two
+// calls, two outputs, a reply, a user message per exchange).
+func responses500(defects bool) []byte {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := 0; i < 71; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"type":"message","role":"user","content":[{"type":"input_text","text":"Weather in city %d and its neighbour?"}]},`, i)
+		fmt.Fprintf(&b, `{"type":"reasoning","id":"rs_%d","encrypted_content":"gAAAAB","summary":[]},`, i)
+		fmt.Fprintf(&b, `{"type":"function_call","call_id":"call_%da","name":"get_weather","arguments":"{\"city\":\"c%d\"}"},{"type":"function_call","call_id":"call_%db","name":"get_weather","arguments":"{\"city\":\"n%d\"}"},`, i, i, i, i)
+		fmt.Fprintf(&b, `{"type":"function_call_output","call_id":"call_%da","output":"{\"temp_c\":%d}"},`, i, i%30)
+		if defects {
+			fmt.Fprintf(&b, `{"type":"message","role":"assistant","content":[]},{"type":"function_call_output","call_id":"orphan_%d","output":"late"}`, i)
+		} else {
+			fmt.Fprintf(&b, `{"type":"function_call_output","call_id":"call_%db","output":"{\"temp_c\":%d}"},`, i, i%25)
+			fmt.Fprintf(&b, `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"City %d is fine."}]}`, i)
+		}
+	}
+	b.WriteByte(']')
+	return []byte(b.String())
+}
+
+func BenchmarkResponses500Clean(b *testing.B)   { benchRepair(b, Responses, responses500(false), false) }
+func BenchmarkResponses500Defects(b *testing.B) { benchRepair(b, Responses, responses500(true), true) }

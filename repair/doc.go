@@ -4,8 +4,8 @@
 //
 // Each function takes the raw JSON array of one wire format — OpenAIChat
 // an OpenAI chat `messages` array (also DeepSeek and other
-// OpenAI-compatible endpoints), Gemini a Gemini native `contents` array —
-// and returns the array to send, the edits made, and the calls that were
+// OpenAI-compatible endpoints), Gemini a Gemini native `contents` array,
+// Responses an OpenAI Responses `input` item array — and returns the array to send, the edits made, and the calls that were
 // answered because they never returned. The same input always gives the
 // same bytes out, and repairing a repaired history changes nothing, byte
 // for byte. A message that needs no edit keeps its exact bytes (unknown
@@ -19,12 +19,16 @@
 //
 // # Terms
 //
-// A call turn is an assistant message with tool_calls (OpenAI) or a model
-// content with functionCall parts (Gemini). A result is a `tool` message
-// (OpenAI) or a functionResponse part (Gemini). A turn's block is, for
-// OpenAI, the run of tool messages right after the turn; for Gemini, the
-// content right after the turn when it is a non-model content with at
-// least one functionResponse part. A valid history answers every call of
+// A call turn is an assistant message with tool_calls (OpenAI); a run of
+// consecutive model contents with at least one functionCall part (Gemini;
+// @google/genai's Chat keeps one model content per streamed chunk, and a
+// content dropped as empty does not break a run); a run of consecutive
+// function_call items, reasoning items among them included (Responses). A
+// result is a `tool` message, a functionResponse part or a
+// function_call_output item. A turn's block is, for OpenAI and Responses,
+// the run of results right after the turn; for Gemini, the content right
+// after the turn when it is a non-model content with at least one
+// functionResponse part. A Responses call is matched by call_id. A valid history answers every call of
 // a turn exactly once inside its block, uses every call id once, and has
 // no empty assistant message; results inside a block may come in any
 // order.
@@ -43,7 +47,8 @@
 //
 //   - dropped_empty: an assistant message with no tool calls whose content
 //     is null, "", [] or absent (and no refusal, function_call or audio)
-//     is dropped; for Gemini, a model content with no parts or only parts
+//     is dropped (Responses: an assistant message item with such a
+//     content); for Gemini, a model content with no parts or only parts
 //     that hold an empty text (with at most `thought` and
 //     `thoughtSignature` beside it). CallID is "".
 //   - renamed_id: the second and later calls that reuse a call id get
@@ -76,7 +81,8 @@
 //
 // For OpenAI it is {"role":"tool","tool_call_id":ID,"content":TEXT}; for
 // Gemini {"functionResponse":{"id":ID,"name":NAME,"response":{"error":TEXT}}}
-// ("id" only when the call has one).
+// ("id" only when the call has one); for Responses
+// {"type":"function_call_output","call_id":ID,"output":TEXT}.
 //
 // An orphan note starts with
 //
@@ -87,6 +93,8 @@
 // a string content is appended after a newline; an array content keeps
 // its parts after a first text part holding the line above; a null or
 // absent content leaves the line alone. For Gemini it is the part
-// {"text":…} with the raw JSON of functionResponse.response after a
-// newline.
+// {"text":…} with the compacted JSON of functionResponse.response after a
+// newline. For Responses it is
+// {"type":"message","role":"user","content":[{"type":"input_text","text":…},…]},
+// following the OpenAI rules for a string or array output.
 package repair
