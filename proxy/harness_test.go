@@ -14,7 +14,37 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/embedded"
+	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
 )
+
+// backends are the stores every persistence test runs against.
+var backends = []struct {
+	name string
+	open func(t testing.TB) store.Store
+}{
+	{"embedded", func(t testing.TB) store.Store { return openEmbedded(t, t.TempDir()) }},
+	{"redis", func(t testing.TB) store.Store {
+		srv := redistest.Start(t)
+		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}},
+}
+
+func openEmbedded(t testing.TB, dir string) store.Store {
+	st, err := embedded.Open(dir, embedded.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
 
 // startMock starts the strict mock upstream for one test.
 func startMock(t testing.TB) *mock.Server {
@@ -38,6 +68,12 @@ type testProxy struct {
 // serves it on a free port until the test ends.
 func startProxy(t testing.TB, m *mock.Server, yamlCfg string) *testProxy {
 	t.Helper()
+	return startProxyWith(t, m, yamlCfg, nil)
+}
+
+// startProxyWith is startProxy with a store.
+func startProxyWith(t testing.TB, m *mock.Server, yamlCfg string, st store.Store) *testProxy {
+	t.Helper()
 	env := func(k string) (string, bool) {
 		if k == "MOCK" && m != nil {
 			return m.URL(), true
@@ -49,7 +85,7 @@ func startProxy(t testing.TB, m *mock.Server, yamlCfg string) *testProxy {
 		t.Fatalf("config: %v", err)
 	}
 	logBuf := &syncBuffer{}
-	srv, err := New(cfg, Options{Logger: slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	srv, err := New(cfg, Options{Store: st, Logger: slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}

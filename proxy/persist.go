@@ -48,14 +48,26 @@ type turn struct {
 	restored    []byte
 	interrupted []byte
 
-	resumes string   // the parked run whose calls this run answers
-	resolve []string // its interrupts answered by a result
-	cancel  []string // its interrupts repair had to answer
+	syntheticResults map[string]bool // call ids whose result repair wrote
+	resumes          string          // the parked run whose calls this run answers
+	resolve          []string        // its interrupts answered by a result
+	cancel           []string        // its interrupts repair had to answer
 
-	events    *eventLog
-	stopRenew context.CancelFunc
-	renewDone chan struct{}
-	cancelled chan struct{} // closed when another replica asked the run to stop
+	// ownThread: the client named the thread (X-Thread-Id). Without one
+	// the session id is the connection's per-model one, so a client that
+	// never names threads still keeps its provider cache warm.
+	ownThread bool
+
+	events     *eventLog
+	stopRenew  context.CancelFunc
+	renewDone  chan struct{}
+	cancelled  chan struct{} // closed when the run was asked to stop
+	cancelOnce sync.Once
+}
+
+// requestCancel asks the relay to stop the run; safe to call many times.
+func (t *turn) requestCancel() {
+	t.cancelOnce.Do(func() { close(t.cancelled) })
 }
 
 // beginTurn takes the thread lease, composes the history the upstream will
@@ -66,7 +78,8 @@ type turn struct {
 func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) (t *turn, out []byte, ok bool) {
 	ad := ex.ad
 	threadID := ctx.Request.Header.Peek("X-Thread-Id")
-	if len(threadID) == 0 {
+	ownThread := len(threadID) > 0
+	if !ownThread {
 		threadID = []byte(newID("thr_"))
 	} else if !validID(threadID) {
 		writeError(ctx, ad, apiError{status: 400, code: "invalid_thread_id",
@@ -95,7 +108,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
-		runID: string(runID), mode: mode, model: ex.op.Model}
+		runID: string(runID), mode: mode, model: ex.op.Model, cancelled: make(chan struct{}), ownThread: ownThread}
 	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 	defer cancel()
 
@@ -161,6 +174,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		t.startSaved = true
 	}
 	t.startRenewing()
+	s.local.Store(localKey(t.key, t.runID), t)
 	return t, out, true
 }
 
@@ -258,6 +272,12 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 				results = map[string]bool{}
 			}
 			results[r.CallID] = true
+			if repair.IsSynthetic(m.Raw) {
+				if t.syntheticResults == nil {
+					t.syntheticResults = map[string]bool{}
+				}
+				t.syntheticResults[r.CallID] = true
+			}
 		}
 		return true
 	})
@@ -271,7 +291,11 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 			return nil, err
 		}
 	}
-	up, err := ad.PrepareUpstream(body, threadSessionID(t.key.Tenant, t.key.Thread), ex.op.Stream)
+	sid := threadSessionID(t.key.Tenant, t.key.Thread)
+	if !t.ownThread {
+		sid = t.s.instanceSessionID(rctx, t.up.cfg.Name, t.model)
+	}
+	up, err := ad.PrepareUpstream(body, sid, ex.op.Stream)
 	if err != nil {
 		return nil, err
 	}
@@ -306,19 +330,17 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	return up.Body, nil
 }
 
-// findParked looks for the run this request resumes: a thread whose last
-// stored message made tool calls was parked by an interrupted run. Its
-// pending calls are resolved when the history now carries their results and
-// cancelled when repair had to answer them.
+// findParked looks for the run this request resumes: the newest run that
+// parked as interrupted and was never resumed. Its pending calls are
+// resolved when the history now carries their results and cancelled when
+// repair had to answer them (or the thread moved on without them). Only a
+// thread that ever made tool calls can have one, so other threads pay no
+// extra store round trip.
 func (t *turn) findParked(rctx context.Context, thread store.Thread, results map[string]bool, repaired []repair.Call) {
-	n := len(thread.Messages)
-	if n == 0 {
-		return
-	}
 	hasCalls := false
-	_ = t.ad.WalkMessages(joinArray(thread.Messages[n-1:]), func(m adapters.Message) bool {
+	_ = t.ad.WalkMessages(joinArray(thread.Messages), func(m adapters.Message) bool {
 		hasCalls = len(m.Calls) > 0
-		return false
+		return !hasCalls
 	})
 	if !hasCalls {
 		return
@@ -336,7 +358,7 @@ func (t *turn) findParked(rctx context.Context, thread store.Thread, results map
 			if in.Status != store.Pending {
 				continue
 			}
-			if results[in.CallID] && !repairedCall(repaired, in.CallID) {
+			if results[in.CallID] && !repairedCall(repaired, in.CallID) && !t.synthetic(in.CallID) {
 				t.resolve = append(t.resolve, in.CallID)
 			} else {
 				t.cancel = append(t.cancel, in.CallID)
@@ -345,6 +367,12 @@ func (t *turn) findParked(rctx context.Context, thread store.Thread, results map
 		t.resumes = r.ID
 		return
 	}
+}
+
+// synthetic reports whether the history's result for a call is one that
+// repair wrote on an earlier turn (the thread moved on without the real one).
+func (t *turn) synthetic(callID string) bool {
+	return t.syntheticResults[callID]
 }
 
 func repairedCall(calls []repair.Call, id string) bool {
@@ -372,13 +400,11 @@ func (t *turn) startRenewing() {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.stopRenew = cancel
 	t.renewDone = make(chan struct{})
-	t.cancelled = make(chan struct{})
 	every := t.s.cfg.Leases.TTL.D() / 3
 	go func() {
 		defer close(t.renewDone)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
-		cancelSeen := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -394,9 +420,8 @@ func (t *turn) startRenewing() {
 				}
 				continue
 			}
-			if ren.CancelRequested && !cancelSeen {
-				cancelSeen = true
-				close(t.cancelled)
+			if ren.CancelRequested {
+				t.requestCancel()
 			}
 		}
 	}()
@@ -413,6 +438,7 @@ func (t *turn) stopRenewing() {
 // abandon ends a run that never reached the upstream.
 func (t *turn) abandon(reason string) {
 	t.stopRenewing()
+	t.s.local.Delete(localKey(t.key, t.runID))
 	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
 	defer cancel()
 	if err := t.st.Finish(rctx, t.lease, store.Finish{Status: store.Failed, Reason: reason}); err != nil {
@@ -434,6 +460,7 @@ type outcome struct {
 // reply, when the reply is whole) and the status, as one atomic step.
 func (t *turn) finish(o outcome) {
 	t.stopRenewing()
+	defer t.s.local.Delete(localKey(t.key, t.runID))
 	if t.events != nil {
 		t.events.close()
 	}
@@ -676,6 +703,15 @@ func (l *eventLog) run() {
 func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store.Key, run store.Run) {
 	s.metrics.replayed.Add(1)
 	if !ex.op.Stream {
+		// StartRun reports the run without its stored body; fetch it.
+		rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+		full, err := s.store.GetRun(rctx, k, run.ID)
+		cancel()
+		if err != nil {
+			s.storeError(ctx, err, "run")
+			return
+		}
+		run = full
 		if run.Status.Ended() && run.Response != nil {
 			ctx.SetStatusCode(200)
 			ctx.SetContentType("application/json")
@@ -707,4 +743,23 @@ func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store
 			return w.Flush()
 		})
 	})
+}
+
+// instanceSessionID is the stable session id of (connection, model) for
+// requests that name no thread. It is kept in the store, so it survives
+// restarts and is shared by replicas; a local cache spares the round trip.
+func (s *Server) instanceSessionID(rctx context.Context, connection, model string) string {
+	key := connection + "\x00" + model
+	if v, ok := s.sessionIDs.Load(key); ok {
+		return v.(string)
+	}
+	id, err := s.store.SessionID(rctx, connection, model, newID("chr-"))
+	if err != nil {
+		// Not worth failing a request over: a fresh id only costs a
+		// cache miss upstream.
+		s.log.Warn("loading the instance session id failed", "connection", connection, "err", err)
+		return threadSessionID(connection, model)
+	}
+	s.sessionIDs.Store(key, id)
+	return id
 }

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,7 +54,23 @@ type Server struct {
 	conns        map[string]*upstream
 	srv          *fasthttp.Server
 
-	draining atomic.Bool
+	draining    atomic.Bool
+	stopSweeper context.CancelFunc
+
+	// local holds this replica's running turns by run, so a cancel that
+	// arrives here stops them at once.
+	local sync.Map // localKey → *turn
+	// sessionIDs caches the per-(connection, model) session ids.
+	sessionIDs sync.Map
+}
+
+func localKey(k store.Key, runID string) string { return k.Tenant + "\x00" + k.Thread + "\x00" + runID }
+
+// cancelLocal stops a run this replica is relaying, if it is one.
+func (s *Server) cancelLocal(k store.Key, runID string) {
+	if v, ok := s.local.Load(localKey(k, runID)); ok {
+		v.(*turn).requestCancel()
+	}
 }
 
 // upstream is one configured connection with its HTTP client and adapters.
@@ -179,8 +196,14 @@ func newHostClient(u *url.URL, cfg *config.Config) *fasthttp.HostClient {
 	}
 }
 
-// Serve accepts connections on ln until Shutdown.
+// Serve accepts connections on ln until Shutdown. With a store it also
+// sweeps runs lost with their replica.
 func (s *Server) Serve(ln net.Listener) error {
+	if s.store != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopSweeper = cancel
+		go s.runSweeper(ctx)
+	}
 	return s.srv.Serve(ln)
 }
 
@@ -188,7 +211,11 @@ func (s *Server) Serve(ln net.Listener) error {
 // ctx ends, and returns ctx's error if some were still running then.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
-	return s.srv.ShutdownWithContext(ctx)
+	err := s.srv.ShutdownWithContext(ctx)
+	if s.stopSweeper != nil {
+		s.stopSweeper()
+	}
+	return err
 }
 
 // handle routes one request by its first path segment.
@@ -200,6 +227,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	case "readyz":
 		s.serveReadyz(ctx)
+		return
+	case "api":
+		s.serveAPI(ctx, rest)
 		return
 	}
 	up := s.conns[string(first)]

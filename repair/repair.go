@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"strconv"
@@ -498,4 +499,14 @@ func blankRaw(raw string) bool {
 		return emptyContainer(raw)
 	}
 	return false
+}
+
+// syntheticMarker is the part every synthetic result's text shares.
+var syntheticMarker = []byte(" was interrupted before it returned; ")
+
+// IsSynthetic reports whether a result message (in any format) carries a
+// synthetic result written by repair, so callers can tell a call answered by
+// repair on an earlier turn from one answered by its tool.
+func IsSynthetic(msg []byte) bool {
+	return bytes.Contains(msg, syntheticMarker)
 }

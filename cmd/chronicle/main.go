@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/chronicle-proxy/chronicle/proxy"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
@@ -79,7 +80,14 @@ func serve(args []string, stderr io.Writer) int {
 // runServer runs the proxy until ctx ends, then drains: it stops accepting
 // and lets streams in flight finish for up to limits.shutdown_timeout.
 func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err := proxy.OpenStore(octx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log, Store: st})
 	if err != nil {
 		return err
 	}

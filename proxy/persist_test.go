@@ -1,0 +1,381 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/sse"
+	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
+)
+
+const persistConfig = `
+leases: {ttl: 3s}
+connections:
+  - {name: openai, provider: openai, base_url: "${MOCK}", read_only_tools: [get_weather]}
+  - {name: deepseek, provider: deepseek, base_url: "${MOCK}"}
+  - {name: gemini, provider: gemini, base_url: "${MOCK}"}
+  - {name: plain, provider: openai, base_url: "${MOCK}", persist: false}
+`
+
+// apiThread fetches GET /api/threads/{id} as a gjson document.
+func apiThread(t *testing.T, p *testProxy, key, thread string) gjson.Result {
+	t.Helper()
+	resp, body := do(t, "GET", p.URL+"/api/threads/"+thread, "", "Authorization", "Bearer "+key)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET thread: %d %s", resp.StatusCode, body)
+	}
+	return gjson.ParseBytes(body)
+}
+
+// assembledStream is what the adapter assembles from a fixture stream.
+func assembledStream(t *testing.T, ad adapters.Adapter, sseBody []byte) []byte {
+	t.Helper()
+	asm := ad.NewAssembler()
+	r := sse.NewReader(strings.NewReader(string(sseBody)), 0)
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			break
+		}
+		if ev.Kind == sse.KindEvent && ev.HasData {
+			_ = asm.Feed(ev.Data)
+		}
+	}
+	return asm.Result().Message
+}
+
+func forEachBackend(t *testing.T, fn func(t *testing.T, p *testProxy, m *testMock)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			m := startMock(t)
+			p := startProxyWith(t, m, persistConfig, b.open(t))
+			fn(t, p, &testMock{m})
+		})
+	}
+}
+
+type testMock struct{ *mock.Server }
+
+func TestReplaceTwoTurns(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		url := p.URL + "/openai/v1/chat/completions"
+		turn1 := `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+		resp, body := do(t, "POST", url, turn1, "Authorization", "Bearer k1", "X-Thread-Id", "t-replace")
+		if resp.StatusCode != 200 || resp.Header.Get("X-Thread-Id") != "t-replace" || resp.Header.Get("X-Run-Id") == "" {
+			t.Fatalf("turn 1: %d %v", resp.StatusCode, resp.Header)
+		}
+		reply1 := assembledStream(t, openAIAdapter, body)
+		turn2, _ := sjson.SetRaw(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "messages.-1", string(reply1))
+		turn2, _ = sjson.SetRaw(turn2, "messages.-1", `{"role":"user","content":"again"}`)
+		resp, body = do(t, "POST", url, turn2, "Authorization", "Bearer k1", "X-Thread-Id", "t-replace")
+		if resp.StatusCode != 200 {
+			t.Fatalf("turn 2: %d %s", resp.StatusCode, body)
+		}
+		reply2, err := openAIAdapter.ParseResponse(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		th := apiThread(t, p, "k1", "t-replace")
+		msgs := th.Get("messages").Array()
+		if len(msgs) != 4 {
+			t.Fatalf("stored %d messages: %s", len(msgs), th.Raw)
+		}
+		if msgs[1].Raw != string(reply1) || msgs[3].Raw != string(reply2.Message) {
+			t.Fatalf("assistant turns differ from what was assembled:\n%s\n%s\nstored:\n%s\n%s", reply1, reply2.Message, msgs[1].Raw, msgs[3].Raw)
+		}
+		if th.Get("format").String() != "openai-chat" || th.Get("connection").String() != "openai" {
+			t.Fatalf("thread meta: %s", th.Raw)
+		}
+		runs := th.Get("runs").Array()
+		if len(runs) != 2 || runs[0].Get("status").String() != "completed" || runs[1].Get("status").String() != "completed" {
+			t.Fatalf("runs: %s", th.Get("runs").Raw)
+		}
+		for _, r := range runs {
+			if !r.Get("usage").IsObject() || r.Get("usage.input_tokens").Int() == 0 {
+				t.Fatalf("run without usage: %s", r.Raw)
+			}
+		}
+		// The client did not ask for usage on the stream: it must not see
+		// the usage chunk chronicle asked for.
+		if strings.Contains(string(apiThreadStreamBody(t, p, turn1)), `"usage":{`) {
+			t.Fatal("usage chunk added by chronicle reached the client")
+		}
+		// Another tenant does not see the thread.
+		resp, _ = do(t, "GET", p.URL+"/api/threads/t-replace", "", "Authorization", "Bearer someone-else")
+		if resp.StatusCode != 404 {
+			t.Fatalf("another tenant read the thread: %d", resp.StatusCode)
+		}
+	})
+}
+
+func apiThreadStreamBody(t *testing.T, p *testProxy, body string) []byte {
+	_, b := do(t, "POST", p.URL+"/openai/v1/chat/completions", body, "Authorization", "Bearer k1", "X-Thread-Id", "t-usage")
+	return b
+}
+
+func TestAppendAndContinue(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		url := p.URL + "/openai/v1/chat/completions"
+		auth := []string{"Authorization", "Bearer k2", "X-Thread-Id", "t-append", "X-Thread-Mode", "append"}
+		do(t, "POST", url, `{"model":"gpt-4o","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"one"}]}`, auth...)
+		m.Reset()
+		resp, body := do(t, "POST", url, `{"model":"gpt-4o","messages":[{"role":"user","content":"two"}]}`, auth...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("append: %d %s", resp.StatusCode, body)
+		}
+		sent := gjson.GetBytes(m.Requests()[0].Body, "messages").Array()
+		if len(sent) != 4 || sent[0].Get("content").String() != "be brief" || sent[2].Get("role").String() != "assistant" || sent[3].Get("content").String() != "two" {
+			t.Fatalf("upstream got %d messages: %s", len(sent), gjson.GetBytes(m.Requests()[0].Body, "messages").Raw)
+		}
+		m.Reset()
+		resp, body = do(t, "POST", url, `{"model":"gpt-4o","messages":[]}`, auth...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("continue: %d %s", resp.StatusCode, body)
+		}
+		if n := len(gjson.GetBytes(m.Requests()[0].Body, "messages").Array()); n != 5 {
+			t.Fatalf("continue sent %d messages, want the 5 stored", n)
+		}
+		th := apiThread(t, p, "k2", "t-append")
+		if n := len(th.Get("messages").Array()); n != 6 {
+			t.Fatalf("thread has %d messages, want 6", n)
+		}
+		// Continuing a thread that does not exist is a 404 and creates nothing.
+		resp, body = do(t, "POST", url, `{"model":"gpt-4o","messages":[]}`, "Authorization", "Bearer k2", "X-Thread-Id", "t-none")
+		if resp.StatusCode != 404 || !strings.Contains(string(body), "thread_not_found") {
+			t.Fatalf("continue unknown thread: %d %s", resp.StatusCode, body)
+		}
+	})
+}
+
+// TestRestorationDeepSeek: a client that drops reasoning_content from a
+// tool-call turn gets the provider's 400 directly, and succeeds through
+// chronicle, which restores it from the stored thread.
+func TestRestorationDeepSeek(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		first := fixture(t, "deepseek/request.parallel-tools.json")
+		followUp := fixture(t, "deepseek/request.tool-results.json")
+		dropped, _ := sjson.DeleteBytes(followUp, "messages.2.reasoning_content")
+		hdr := []string{"Authorization", "Bearer k3", "X-Thread-Id", "t-ds"}
+		resp, body := do(t, "POST", p.URL+"/deepseek/chat/completions", string(first), append(hdr, "X-Mock-Scenario", "parallel-tools")...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("turn 1: %d %s", resp.StatusCode, body)
+		}
+		th := apiThread(t, p, "k3", "t-ds")
+		runs := th.Get("runs").Array()
+		if runs[0].Get("status").String() != "interrupted" || len(runs[0].Get("interrupts").Array()) != 2 ||
+			runs[0].Get("interrupts.0.status").String() != "pending" {
+			t.Fatalf("tool-call turn did not park the run: %s", runs[0].Raw)
+		}
+		direct, dbody := do(t, "POST", m.URL()+"/chat/completions", string(dropped), "Authorization", "Bearer k3")
+		if direct.StatusCode != 400 {
+			t.Fatalf("the mock accepted a dropped reasoning_content directly: %d %s", direct.StatusCode, dbody)
+		}
+		resp, body = do(t, "POST", p.URL+"/deepseek/chat/completions", string(dropped), hdr...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("through chronicle: %d %s", resp.StatusCode, body)
+		}
+		if resp.Header.Get("X-Restored") != "reasoning_content" {
+			t.Fatalf("X-Restored = %q", resp.Header.Get("X-Restored"))
+		}
+		th = apiThread(t, p, "k3", "t-ds")
+		runs = th.Get("runs").Array()
+		if len(runs) != 2 || runs[0].Get("resumed_by").String() != runs[1].Get("id").String() ||
+			runs[0].Get("interrupts.0.status").String() != "resolved" || runs[0].Get("interrupts.1.status").String() != "resolved" {
+			t.Fatalf("parked run not resolved: %s", th.Get("runs").Raw)
+		}
+		if runs[1].Get("restored.0.field").String() != "reasoning_content" {
+			t.Fatalf("run does not record the restoration: %s", runs[1].Raw)
+		}
+	})
+}
+
+// TestRestorationGemini: the same with Gemini's thoughtSignature.
+func TestRestorationGemini(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		path := "/v1beta/models/gemini-3-flash-preview:generateContent"
+		first := fixture(t, "gemini/request.parallel-tools.json")
+		followUp := fixture(t, "gemini/request.tool-results.json")
+		dropped, _ := sjson.DeleteBytes(followUp, "contents.1.parts.1.thoughtSignature")
+		hdr := []string{"X-Goog-Api-Key", "k4", "X-Thread-Id", "t-gem"}
+		resp, body := do(t, "POST", p.URL+"/gemini"+path, string(first), append(hdr, "X-Mock-Scenario", "parallel-tools")...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("turn 1: %d %s", resp.StatusCode, body)
+		}
+		direct, dbody := do(t, "POST", m.URL()+path, string(dropped), "X-Goog-Api-Key", "k4")
+		if direct.StatusCode != 400 {
+			t.Fatalf("the mock accepted a dropped signature directly: %d %s", direct.StatusCode, dbody)
+		}
+		resp, body = do(t, "POST", p.URL+"/gemini"+path, string(dropped), hdr...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("through chronicle: %d %s", resp.StatusCode, body)
+		}
+		if !strings.Contains(resp.Header.Get("X-Restored"), "thought_signature") {
+			t.Fatalf("X-Restored = %q", resp.Header.Get("X-Restored"))
+		}
+	})
+}
+
+// TestRepairOnTheWayUp: a history with an unanswered call is repaired, so
+// the strict upstream accepts it, and the headers say what changed.
+func TestRepairOnTheWayUp(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		broken := `{"model":"gpt-4o","messages":[{"role":"user","content":"weather?"},
+{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}},{"id":"call_2","type":"function","function":{"name":"send_mail","arguments":"{}"}}]},
+{"role":"user","content":"and now?"}]}`
+		direct, _ := do(t, "POST", m.URL()+"/v1/chat/completions", broken, "Authorization", "Bearer k")
+		if direct.StatusCode != 400 {
+			t.Fatalf("mock accepted a broken history: %d", direct.StatusCode)
+		}
+		resp, body := do(t, "POST", p.URL+"/openai/v1/chat/completions", broken, "Authorization", "Bearer k5", "X-Thread-Id", "t-rep")
+		if resp.StatusCode != 200 {
+			t.Fatalf("repaired request: %d %s", resp.StatusCode, body)
+		}
+		if resp.Header.Get("X-Repaired") != "2" || resp.Header.Get("X-Interrupted-Calls") != "call_1,call_2" {
+			t.Fatalf("headers: X-Repaired=%q X-Interrupted-Calls=%q", resp.Header.Get("X-Repaired"), resp.Header.Get("X-Interrupted-Calls"))
+		}
+		sent := gjson.GetBytes(m.Requests()[len(m.Requests())-1].Body, "messages")
+		if !strings.Contains(sent.Get("2.content").String(), "changed nothing") || !strings.Contains(sent.Get("3.content").String(), "check its effect") {
+			t.Fatalf("synthetic results: %s", sent.Raw)
+		}
+		run := apiThread(t, p, "k5", "t-rep").Get("runs.0")
+		if len(run.Get("repairs").Array()) != 2 || run.Get("interrupted_calls.1.call_id").String() != "call_2" {
+			t.Fatalf("run record: %s", run.Raw)
+		}
+	})
+}
+
+// TestSessionIDStable: the injected prompt_cache_key is the same on every
+// turn of a thread, and a client's own value wins.
+func TestSessionIDStable(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		url := p.URL + "/openai/v1/chat/completions"
+		body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+		do(t, "POST", url, body, "Authorization", "Bearer k6", "X-Thread-Id", "t-sid")
+		do(t, "POST", url, body, "Authorization", "Bearer k6", "X-Thread-Id", "t-sid")
+		do(t, "POST", url, `{"model":"gpt-4o","prompt_cache_key":"mine","messages":[{"role":"user","content":"hi"}]}`, "Authorization", "Bearer k6", "X-Thread-Id", "t-sid2")
+		reqs := m.Requests()
+		a, b := gjson.GetBytes(reqs[0].Body, "prompt_cache_key").String(), gjson.GetBytes(reqs[1].Body, "prompt_cache_key").String()
+		if a == "" || a != b {
+			t.Fatalf("session ids %q, %q", a, b)
+		}
+		if c := gjson.GetBytes(reqs[2].Body, "prompt_cache_key").String(); c != "mine" {
+			t.Fatalf("client's own key replaced: %q", c)
+		}
+		if sid := apiThread(t, p, "k6", "t-sid").Get("runs.0.session_id").String(); sid != a {
+			t.Fatalf("run records session id %q, upstream got %q", sid, a)
+		}
+	})
+}
+
+// TestThreadBusy: while a run streams on a thread, a second request on it
+// gets 409 thread_busy with Retry-After, and nothing is lost.
+func TestThreadBusy(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		url := p.URL + "/openai/v1/chat/completions"
+		resp := send(t, "POST", url, `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"Authorization", "Bearer k7", "X-Thread-Id", "t-busy", "X-Mock-Gate", "busy")
+		r := bufio.NewReader(resp.Body)
+		readEvent(t, r)
+		second, body := do(t, "POST", url, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "Authorization", "Bearer k7", "X-Thread-Id", "t-busy")
+		if second.StatusCode != 409 || !strings.Contains(string(body), "thread_busy") || second.Header.Get("Retry-After") == "" {
+			t.Fatalf("second request: %d %s %v", second.StatusCode, body, second.Header)
+		}
+		m.Release("busy")
+		io.Copy(io.Discard, r)
+		resp.Body.Close()
+		third, body := do(t, "POST", url, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x"},{"role":"user","content":"more"}]}`, "Authorization", "Bearer k7", "X-Thread-Id", "t-busy")
+		if third.StatusCode != 200 {
+			t.Fatalf("after the run ended: %d %s", third.StatusCode, body)
+		}
+		if n := len(apiThread(t, p, "k7", "t-busy").Get("runs").Array()); n != 2 {
+			t.Fatalf("%d runs; the refused request must create none", n)
+		}
+	})
+}
+
+// TestConcurrentThreadRequests: many requests race for one thread; exactly
+// the ones that got 200 have runs, every one of them completed.
+func TestConcurrentThreadRequests(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		url := p.URL + "/openai/v1/chat/completions"
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		codes := map[int]int{}
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, _ := do(t, "POST", url, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "Authorization", "Bearer k8", "X-Thread-Id", "t-race")
+				mu.Lock()
+				codes[resp.StatusCode]++
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if codes[200]+codes[409] != 8 || codes[200] == 0 {
+			t.Fatalf("status counts %v", codes)
+		}
+		runs := apiThread(t, p, "k8", "t-race").Get("runs").Array()
+		if len(runs) != codes[200] {
+			t.Fatalf("%d runs for %d successes", len(runs), codes[200])
+		}
+		for _, r := range runs {
+			if r.Get("status").String() != "completed" {
+				t.Fatalf("run %s", r.Raw)
+			}
+		}
+	})
+}
+
+// TestRunIDRetry: a retry with the same X-Run-Id is answered from the store
+// (no second upstream call); the same id with another body is a conflict.
+func TestRunIDRetry(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		url := p.URL + "/openai/v1/chat/completions"
+		for _, stream := range []bool{false, true} {
+			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+			run := "r-nonstream"
+			if stream {
+				body = `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+				run = "r-stream"
+			}
+			m.Reset()
+			_, first := do(t, "POST", url, body, "Authorization", "Bearer k9", "X-Thread-Id", "t-retry-"+run, "X-Run-Id", run)
+			resp, again := do(t, "POST", url, body, "Authorization", "Bearer k9", "X-Thread-Id", "t-retry-"+run, "X-Run-Id", run)
+			if resp.StatusCode != 200 || string(first) != string(again) {
+				t.Fatalf("retry (stream=%v): %d\nfirst: %s\nagain: %s", stream, resp.StatusCode, first, again)
+			}
+			if n := len(m.Requests()); n != 1 {
+				t.Fatalf("retry reached the upstream: %d requests", n)
+			}
+			resp, body2 := do(t, "POST", url, `{"model":"gpt-4o","messages":[{"role":"user","content":"other"}]}`, "Authorization", "Bearer k9", "X-Thread-Id", "t-retry-"+run, "X-Run-Id", run)
+			if resp.StatusCode != 409 || !strings.Contains(string(body2), "run_id_conflict") {
+				t.Fatalf("reuse with another body: %d %s", resp.StatusCode, body2)
+			}
+		}
+	})
+}
+
+// TestPersistOff: a persist:false connection stores nothing and adds no
+// thread headers.
+func TestPersistOff(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		resp, _ := do(t, "POST", p.URL+"/plain/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+			"Authorization", "Bearer k10", "X-Thread-Id", "t-plain")
+		if resp.StatusCode != 200 || resp.Header.Get("X-Thread-Id") != "" {
+			t.Fatalf("persist off: %d %v", resp.StatusCode, resp.Header)
+		}
+		if r, _ := do(t, "GET", p.URL+"/api/threads/t-plain", "", "Authorization", "Bearer k10"); r.StatusCode != 404 {
+			t.Fatalf("persist:false stored a thread (%d)", r.StatusCode)
+		}
+	})
+}
+
+var _ = json.Valid

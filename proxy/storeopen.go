@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/embedded"
+	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+)
+
+// OpenStore opens the backend the config names: the embedded file store
+// under store.path, or Redis at store.url.
+func OpenStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
+	switch cfg.Store.Driver {
+	case "redis":
+		st, err := redisstore.Open(ctx, redisstore.Options{URL: cfg.Store.URL.Reveal(), EventRetention: cfg.Store.EventRetention.D()})
+		if err != nil {
+			// The URL may carry a password: name the key, not the value.
+			return nil, fmt.Errorf("store.url: cannot open the Redis store: %w", redactURLError(err, cfg.Store.URL.Reveal()))
+		}
+		return st, nil
+	default:
+		st, err := embedded.Open(cfg.Store.Path, embedded.Options{EventRetention: cfg.Store.EventRetention.D()})
+		if err != nil {
+			return nil, fmt.Errorf("store.path: cannot open the embedded store in %q: %w", cfg.Store.Path, err)
+		}
+		return st, nil
+	}
+}
+
+// redactURLError keeps a Redis URL (and its password) out of an error.
+func redactURLError(err error, url string) error {
+	if url == "" {
+		return err
+	}
+	msg := err.Error()
+	if i := indexOf(msg, url); i >= 0 {
+		return fmt.Errorf("%s[store.url]%s", msg[:i], msg[i+len(url):])
+	}
+	return err
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+// runSweeper marks runs whose replica died failed (proxy_lost) every third
+// of the lease TTL, until ctx ends.
+func (s *Server) runSweeper(ctx context.Context) {
+	every := s.cfg.Leases.TTL.D() / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
+		refs, err := s.store.Sweep(sctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("sweep failed", "err", err)
+			continue
+		}
+		for _, r := range refs {
+			s.log.Warn("run lost with its replica; marked failed", "thread", r.Key.Thread, "run", r.RunID, "reason", store.ReasonProxyLost)
+		}
+	}
+}
