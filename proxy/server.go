@@ -231,6 +231,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case "api":
 		s.serveAPI(ctx, rest)
 		return
+	case "admin":
+		s.serveAdmin(ctx, rest)
+		return
+	case "ui":
+		s.serveUI(ctx, rest)
+		return
 	}
 	up := s.conns[string(first)]
 	if up == nil {
