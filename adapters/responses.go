@@ -87,7 +87,7 @@ func (a *Responses) Classify(method, path, query string, body []byte) Op {
 func (a *Responses) Messages(body []byte) ([]byte, bool) {
 	r := get(body, "input")
 	switch {
-	case r.Type == gjson.String:
+	case r.Type == gjson.String && gjson.Valid(r.Raw):
 		b := make([]byte, 0, len(r.Raw)+48)
 		b = append(b, `[{"type":"message","role":"user","content":`...)
 		b = append(b, r.Raw...)

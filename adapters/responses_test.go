@@ -200,17 +200,26 @@ func TestResponsesErrorStream(t *testing.T) {
 }
 
 func TestResponsesParseErrors(t *testing.T) {
-	for _, name := range []string{"error.insufficient-quota.json", "error.no-tool-output.json"} {
+	for _, name := range []string{"error.function-call-without-reasoning.json", "error.insufficient-quota.json",
+		"error.item-not-persisted.json", "error.no-tool-call-for-output.json", "error.no-tool-output.json",
+		"error.reasoning-without-following-item.json", "error.temperature-unsupported.json"} {
 		turn, err := respAd.ParseResponse(fixture(t, "openai-responses/"+name))
-		if err != nil || turn.Finish != FinishError || gjson.GetBytes(turn.Error, "message").Str == "" {
+		if err != nil || turn.Finish != FinishError || gjson.GetBytes(turn.Error, "message").Str == "" || !turn.Terminal {
 			t.Errorf("%s: %+v %v", name, turn, err)
 		}
 	}
-	turn, err := chatGPTAd.ParseResponse(fixture(t, "chatgpt-codex/error.store-must-be-false.json"))
-	if err != nil || turn.Finish != FinishError || gjson.GetBytes(turn.Error, "detail").Str == "" {
-		t.Errorf("detail body: %+v %v", turn, err)
+	for _, name := range []string{"error.instructions-not-valid.json", "error.store-must-be-false.json", "error.stream-must-be-true.json"} {
+		turn, err := chatGPTAd.ParseResponse(fixture(t, "chatgpt-codex/"+name))
+		if err != nil || turn.Finish != FinishError || gjson.GetBytes(turn.Error, "detail").Str == "" {
+			t.Errorf("%s: %+v %v", name, turn, err)
+		}
 	}
-	turn, err = respAd.ParseResponse([]byte(`{"object":"response","id":"resp_1","status":"queued","output":[]}`))
+	// The Codex request: one user item, a string of tools untouched.
+	msgs, ok := chatGPTAd.Messages(fixture(t, "chatgpt-codex/request.json"))
+	if !ok || gjson.GetBytes(msgs, "#").Int() != 1 || gjson.GetBytes(msgs, "0.role").Str != "user" {
+		t.Errorf("codex request input: %s", msgs)
+	}
+	turn, err := respAd.ParseResponse([]byte(`{"object":"response","id":"resp_1","status":"queued","output":[]}`))
 	if err != nil || turn.Terminal || respAd.ResponseID([]byte(`{"object":"response","id":"resp_1"}`)) != "resp_1" {
 		t.Errorf("queued: %+v %v", turn, err)
 	}
