@@ -164,8 +164,9 @@ func streamsCheck(t *target, sp *spec, n int, tidPrefix string) *StreamsCheck {
 	close(stop)
 	sampler.Wait()
 	sc.PeakRSSKB = peak.Load()
-	if n > 0 {
-		sc.KBPerStream = float64(sc.PeakRSSKB-sc.BaseRSSKB) / float64(n)
+	if sc.FirstEvents > 0 {
+		// Per stream that was really open (reached its first event).
+		sc.KBPerStream = float64(sc.PeakRSSKB-sc.BaseRSSKB) / float64(sc.FirstEvents)
 	}
 	return sc
 }
