@@ -9,8 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"context"
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/sse"
+	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/valyala/fasthttp"
 )
@@ -74,6 +76,8 @@ type exchange struct {
 	asm adapters.Assembler
 	// turn persists the exchange; nil when nothing is stored.
 	turn *turn
+	// adm is what the request holds from the limiters.
+	adm *admission
 	// extraHeaders are the adapter's header edits (session ids).
 	extraHeaders []adapters.Header
 	// addedUsage: chronicle asked for stream usage the client did not, and
@@ -96,7 +100,6 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		return
 	}
 	var tenant string
-	var poolKey config.Secret
 	if s.clients.enabled() {
 		tenant = s.clients.tenant(key)
 		if tenant == "" {
@@ -104,7 +107,6 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 				message: "The API key is not one of this proxy's client keys."})
 			return
 		}
-		poolKey = up.pickKey()
 	} else {
 		tenant = passThroughTenant(key)
 	}
@@ -113,9 +115,15 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse(), clientConn: ctx.Conn()}
 	ex.op = shape.Classify(string(ctx.Method()), string(rest), string(ctx.URI().QueryString()), ctx.PostBody())
 	body := ctx.PostBody()
+	adm, ok := s.admit(ctx, ex)
+	if !ok {
+		ex.release()
+		return
+	}
+	ex.adm = adm
 	if ex.op.Kind == adapters.OpGenerate && up.cfg.PersistEnabled() && s.store != nil {
-		var ok bool
 		if ex.turn, body, ok = s.beginTurn(ctx, ex, body); !ok {
+			adm.refund()
 			ex.release()
 			return
 		}
@@ -127,23 +135,20 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	default:
 		ex.detach = up.cfg.OnDisconnect == "detach"
 	}
-	ex.buildRequest(ctx, rest, poolKey, cred, body)
-
-	deadline := time.Now().Add(up.cfg.Timeouts.FirstByte.D())
-	if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
+	if err := ex.roundTrip(ctx, rest, cred, body); err != nil {
 		ex.release()
-		if ex.turn != nil {
-			ex.turn.finish(outcome{reason: "upstream_unreachable", status: 502})
-		}
+		ex.end(outcome{reason: "upstream_unreachable", status: 502})
 		s.writeUpstreamError(ctx, shape, err)
 		return
 	}
 	// The request body has been sent; the response head is here.
-	fasthttp.ReleaseRequest(ex.req)
-	ex.req = nil
+	if ex.req != nil {
+		fasthttp.ReleaseRequest(ex.req)
+		ex.req = nil
+	}
 	ex.copyResponseHead(ctx)
 
-	ok := ex.resp.StatusCode() < 300
+	ok = ex.resp.StatusCode() < 300
 	switch {
 	case bytes.HasPrefix(ex.resp.Header.ContentType(), []byte("text/event-stream")):
 		ctx.Response.Header.Del("Content-Length")
@@ -161,27 +166,82 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		ctx.SetBodyStreamWriter(ex.relayChunks)
 	default:
 		body := ex.resp.Body()
-		if t := ex.turn; t != nil {
-			// The turn is stored before the client sees the answer, so a
-			// 2xx always means the turn is kept.
-			o := outcome{status: ex.resp.StatusCode()}
-			if ok {
-				o.turn, _ = ex.ad.ParseResponse(body)
-				o.response = body
-			} else {
-				o.errBody = body
-			}
-			t.finish(o)
+		// The turn is stored before the client sees the answer, so a 2xx
+		// always means the turn is kept.
+		o := outcome{status: ex.resp.StatusCode()}
+		if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage()) {
+			o.turn, _ = ex.ad.ParseResponse(body)
+			o.response = body
+		} else if !ok {
+			o.errBody = body
 		}
+		o.retryAfter = limiter.ParseRetryAfter(string(ex.resp.Header.Peek("Retry-After")), time.Now())
+		ex.end(o)
 		ctx.SetBody(body)
 		ex.release()
 	}
 }
 
-// pickKey returns the next upstream key of the connection's pool.
-func (u *upstream) pickKey() config.Secret {
-	keys := u.cfg.Keys
-	return keys[int(u.next.Add(1)-1)%len(keys)]
+// roundTrip sends the upstream request, retrying 429 and 5xx answers with
+// backoff as the connection's retry policy allows. A retry happens only
+// here, before any byte of the answer went to the client.
+func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred credential, body []byte) error {
+	up := ex.up
+	policy := limiter.RetryPolicy{MaxAttempts: up.cfg.Retry.MaxAttempts, BaseBackoff: up.cfg.Retry.BaseBackoff.D(), MaxBackoff: up.cfg.Retry.MaxBackoff.D()}
+	for attempt := 1; ; attempt++ {
+		if ex.req == nil {
+			ex.req = fasthttp.AcquireRequest()
+		}
+		var poolKey config.Secret
+		if ex.adm != nil && ex.adm.key != nil {
+			poolKey = config.Secret(ex.adm.key.Secret().Reveal())
+		}
+		ex.buildRequest(ctx, rest, poolKey, cred, body)
+		deadline := time.Now().Add(up.cfg.Timeouts.FirstByte.D())
+		if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
+			return err
+		}
+		status := ex.resp.StatusCode()
+		if !limiter.Retryable(status) {
+			return nil
+		}
+		retryAfter := limiter.ParseRetryAfter(string(ex.resp.Header.Peek("Retry-After")), time.Now())
+		wait, again := policy.Delay(attempt, retryAfter)
+		if !again {
+			return nil
+		}
+		// This answer goes nowhere: drop it, let the key cool down if it
+		// was a 429, and try again (with another key when the pool has one).
+		_ = ex.resp.CloseBodyStream()
+		ex.resp.Reset()
+		ex.s.metrics.retries.Add(1)
+		if ex.adm != nil && ex.adm.key != nil {
+			ex.adm.key.Done(status, retryAfter)
+			ex.adm.key = nil
+			if lease, err := up.keys.Acquire(); err == nil {
+				ex.adm.key = lease
+			} else {
+				return nil // no key left to retry with: hand on this answer
+			}
+		}
+		if err := limiter.Sleep(context.Background(), wait); err != nil {
+			return err
+		}
+		ex.req.Reset()
+	}
+}
+
+// end closes the books on an exchange: the run's record, the rate-limit
+// settlement with real usage, and the gate slot.
+func (ex *exchange) end(o outcome) {
+	if ex.turn != nil {
+		ex.turn.finish(o)
+	}
+	usage := o.turn.Usage
+	if o.aborted && !usage.Present {
+		usage = adapters.Usage{} // refunds the reservation
+	}
+	ex.adm.settle(usage, o.status, o.retryAfter)
 }
 
 // buildRequest copies the client's request into the upstream request: method,
@@ -305,9 +365,7 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	if tee.clientGone && !ex.detach {
 		o.aborted, o.reason = true, "client_disconnected"
 	}
-	if ex.turn != nil {
-		ex.turn.finish(o)
-	}
+	ex.end(o)
 }
 
 // chunkTee forwards every chunk it reads from the upstream to the client
@@ -526,11 +584,9 @@ loop:
 			break loop
 		}
 	}
-	if ex.turn != nil {
-		if ex.asm != nil {
-			o.turn = ex.asm.Result()
-		}
-		o.errBody = errHead
-		ex.turn.finish(o)
+	if ex.asm != nil && (ex.turn != nil || ex.adm.wantsUsage()) {
+		o.turn = ex.asm.Result()
 	}
+	o.errBody = errHead
+	ex.end(o)
 }

@@ -16,6 +16,26 @@ type serverMetrics struct {
 	failed      atomic.Int64
 	aborted     atomic.Int64
 	interrupted atomic.Int64
+	retries     atomic.Int64 // upstream attempts retried
+	queueWait   atomic.Int64 // nanoseconds spent waiting for gate slots
+
+	rejectedRate, rejectedQueueFull, rejectedQueueTimeout, rejectedStreams, rejectedGone atomic.Int64
+}
+
+// rejected counts a request the limiters turned away, by reason.
+func (m *serverMetrics) rejected(reason string) {
+	switch reason {
+	case "rate_limited":
+		m.rejectedRate.Add(1)
+	case "queue_full":
+		m.rejectedQueueFull.Add(1)
+	case "queue_timeout":
+		m.rejectedQueueTimeout.Add(1)
+	case "tenant_streams":
+		m.rejectedStreams.Add(1)
+	case "client_gone":
+		m.rejectedGone.Add(1)
+	}
 }
 
 // runs counts a finished run by status.

@@ -448,12 +448,13 @@ func (t *turn) abandon(reason string) {
 
 // outcome is how the upstream exchange of a turn ended.
 type outcome struct {
-	status   int           // upstream HTTP status
-	turn     adapters.Turn // assembled answer (when the upstream answered 2xx)
-	errBody  []byte        // upstream error body
-	reason   string        // chronicle's reason for a failure or abort
-	aborted  bool          // the client left (on_disconnect: abort) or a cancel
-	response []byte        // non-stream body, for idempotent replay
+	status     int           // upstream HTTP status
+	turn       adapters.Turn // assembled answer (when the upstream answered 2xx)
+	errBody    []byte        // upstream error body
+	reason     string        // chronicle's reason for a failure or abort
+	aborted    bool          // the client left (on_disconnect: abort) or a cancel
+	retryAfter time.Duration // the upstream\'s Retry-After, for the key pool
+	response   []byte        // non-stream body, for idempotent replay
 }
 
 // finish records the run's end: the transcript (what was sent plus the

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
@@ -36,6 +37,10 @@ type Options struct {
 	// Store keeps threads and runs; nil means nothing is persisted (every
 	// connection behaves as persist: false).
 	Store store.Store
+	// Gates and Rates hold the FIFO gates and rate limits; nil means
+	// in-process ones (limits.mode: local).
+	Gates limiter.Gates
+	Rates limiter.RateLimiter
 	// ReplicaID names this process in run records and leases; empty means
 	// a random one.
 	ReplicaID string
@@ -51,6 +56,8 @@ type Server struct {
 	storeTimeout time.Duration
 	metrics      serverMetrics
 	clients      *clientTable
+	gates        limiter.Gates
+	rates        limiter.RateLimiter
 	conns        map[string]*upstream
 	srv          *fasthttp.Server
 
@@ -78,7 +85,8 @@ type upstream struct {
 	cfg    *config.Connection
 	client *fasthttp.HostClient
 	prefix string // scheme://host[:port]/base, what the client's path is appended to
-	next   atomic.Uint64
+	gate   limiter.Gate
+	keys   *limiter.KeyPool // nil in pass-through mode
 
 	native adapters.Adapter // the provider's own wire format
 	compat adapters.Adapter // Gemini's OpenAI-compatible endpoint, on gemini connections
@@ -90,12 +98,19 @@ var (
 	geminiAdapter = adapters.NewGemini()
 )
 
-func newUpstream(c *config.Connection, cfg *config.Config) *upstream {
+func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *upstream {
 	u := c.URL()
 	up := &upstream{
 		cfg:    c,
 		client: newHostClient(u, cfg),
 		prefix: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
+	}
+	if len(c.Keys) > 0 {
+		keys := make([]limiter.Secret, len(c.Keys))
+		for i, k := range c.Keys {
+			keys[i] = limiter.Secret(k.Reveal())
+		}
+		up.keys = limiter.NewKeyPool(keys, limiter.KeyPoolOptions{Logger: log.With("connection", c.Name)})
 	}
 	switch c.Provider {
 	case config.ProviderOpenAI:
@@ -132,7 +147,15 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		replicaID:    opts.ReplicaID,
 		storeTimeout: 5 * time.Second,
 		clients:      newClientTable(cfg.Clients),
+		gates:        opts.Gates,
+		rates:        opts.Rates,
 		conns:        make(map[string]*upstream, len(cfg.Connections)),
+	}
+	if s.gates == nil {
+		s.gates = limiter.NewLocalGates()
+	}
+	if s.rates == nil {
+		s.rates = limiter.NewLocalRateLimiter()
 	}
 	if s.replicaID == "" {
 		s.replicaID = newID("replica_")
@@ -142,7 +165,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		if c.URL() == nil {
 			return nil, fmt.Errorf("proxy: connection %q has no parsed base_url (config not validated)", c.Name)
 		}
-		s.conns[c.Name] = newUpstream(c, cfg)
+		up := newUpstream(c, cfg, log)
+		up.gate = s.gates.Gate("conn:"+c.Name, limiter.GateConfig{
+			MaxConcurrent: c.MaxConcurrent, MaxWaiting: c.Queue.MaxWaiting, Timeout: c.Queue.Timeout.D()})
+		s.conns[c.Name] = up
 	}
 	l := cfg.Limits
 	s.srv = &fasthttp.Server{

@@ -119,6 +119,18 @@ type Limits struct {
 	IdleTimeout     Duration `yaml:"idle_timeout"`
 	Heartbeat       Duration `yaml:"heartbeat"`
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// Mode is where gates and rate limits live: local (this process) or
+	// shared (the Redis store, across every replica that shares it).
+	Mode string `yaml:"mode"`
+	// PerTenant limits every tenant, across all connections.
+	PerTenant TenantLimits `yaml:"per_tenant"`
+}
+
+// TenantLimits bound one tenant.
+type TenantLimits struct {
+	RPM        int64 `yaml:"rpm"`
+	TPM        int64 `yaml:"tpm"`
+	MaxStreams int   `yaml:"max_streams"`
 }
 
 // Leases configures thread and run leases.
@@ -146,12 +158,39 @@ type Connection struct {
 	BaseURL       string   `yaml:"base_url"`
 	Keys          []Secret `yaml:"keys"`
 	Timeouts      Timeouts `yaml:"timeouts"`
+	MaxConcurrent int      `yaml:"max_concurrent"`
+	Queue         Queue    `yaml:"queue"`
+	Rate          Rate     `yaml:"rate"`
+	Retry         Retry    `yaml:"retry"`
 	ReadOnlyTools []string `yaml:"read_only_tools"`
 	OnDisconnect  string   `yaml:"on_disconnect"`  // abort | detach
 	OnStoreError  string   `yaml:"on_store_error"` // fail | pass
 	Persist       *bool    `yaml:"persist"`        // default true
 
 	baseURL *url.URL
+}
+
+// Queue bounds the wait for a slot of a connection's FIFO gate.
+type Queue struct {
+	MaxWaiting int      `yaml:"max_waiting"`
+	Timeout    Duration `yaml:"timeout"`
+}
+
+// Rate limits a connection per minute.
+type Rate struct {
+	RPM int64 `yaml:"rpm"`
+	TPM int64 `yaml:"tpm"`
+	// DefaultMaxTokens is the output reserved for TPM when a request sets
+	// no max_tokens.
+	DefaultMaxTokens int64 `yaml:"default_max_tokens"`
+}
+
+// Retry retries upstream 429 and 5xx answers, only before any byte went to
+// the client.
+type Retry struct {
+	MaxAttempts int      `yaml:"max_attempts"` // 1 = no retry
+	BaseBackoff Duration `yaml:"base_backoff"`
+	MaxBackoff  Duration `yaml:"max_backoff"`
 }
 
 // Timeouts are a stream's own clocks; the server's write timeout does not
@@ -286,6 +325,9 @@ func (c *Config) applyDefaults() {
 	if c.Leases.TTL == 0 {
 		c.Leases.TTL = Duration(30 * time.Second)
 	}
+	if c.Limits.Mode == "" {
+		c.Limits.Mode = "local"
+	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}
@@ -302,6 +344,24 @@ func (c *Config) applyDefaults() {
 		}
 		if cn.Timeouts.Total == 0 {
 			cn.Timeouts.Total = Duration(10 * time.Minute)
+		}
+		if cn.Queue.MaxWaiting == 0 {
+			cn.Queue.MaxWaiting = 256
+		}
+		if cn.Queue.Timeout == 0 {
+			cn.Queue.Timeout = Duration(30 * time.Second)
+		}
+		if cn.Rate.DefaultMaxTokens == 0 {
+			cn.Rate.DefaultMaxTokens = 4096
+		}
+		if cn.Retry.MaxAttempts == 0 {
+			cn.Retry.MaxAttempts = 1
+		}
+		if cn.Retry.BaseBackoff == 0 {
+			cn.Retry.BaseBackoff = Duration(500 * time.Millisecond)
+		}
+		if cn.Retry.MaxBackoff == 0 {
+			cn.Retry.MaxBackoff = Duration(10 * time.Second)
 		}
 		if cn.OnDisconnect == "" {
 			cn.OnDisconnect = "abort"
@@ -365,6 +425,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Leases.TTL > 0 && c.Leases.TTL.D() < time.Second {
 		bad("leases.ttl", "must be at least 1s, got %s", c.Leases.TTL.D())
+	}
+	switch c.Limits.Mode {
+	case "local":
+	case "shared":
+		if c.Store.Driver != "redis" {
+			bad("limits.mode", "shared needs store.driver: redis (the replicas share limits through it)")
+		}
+	default:
+		bad("limits.mode", "want local or shared, got %q", c.Limits.Mode)
+	}
+	if c.Limits.PerTenant.RPM < 0 || c.Limits.PerTenant.TPM < 0 || c.Limits.PerTenant.MaxStreams < 0 {
+		bad("limits.per_tenant", "rpm, tpm and max_streams must not be negative")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -447,6 +519,27 @@ func (c *Config) Validate() error {
 			if d <= 0 {
 				bad(key+".timeouts."+name, "must be positive")
 			}
+		}
+		if cn.MaxConcurrent < 0 {
+			bad(key+".max_concurrent", "must not be negative (0 = no cap)")
+		}
+		if cn.Queue.MaxWaiting < 0 {
+			bad(key+".queue.max_waiting", "must not be negative")
+		}
+		if cn.Queue.Timeout < 0 {
+			bad(key+".queue.timeout", "must not be negative")
+		}
+		if cn.Rate.RPM < 0 || cn.Rate.TPM < 0 {
+			bad(key+".rate", "rpm and tpm must not be negative (0 = no limit)")
+		}
+		if cn.Rate.DefaultMaxTokens < 0 {
+			bad(key+".rate.default_max_tokens", "must not be negative")
+		}
+		if cn.Retry.MaxAttempts < 1 || cn.Retry.MaxAttempts > 10 {
+			bad(key+".retry.max_attempts", "want 1-10 (1 = no retry), got %d", cn.Retry.MaxAttempts)
+		}
+		if cn.Retry.BaseBackoff <= 0 || cn.Retry.MaxBackoff < cn.Retry.BaseBackoff {
+			bad(key+".retry", "base_backoff must be positive and max_backoff at least base_backoff")
 		}
 		switch cn.OnDisconnect {
 		case "abort", "detach":

@@ -1,0 +1,258 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/limiter"
+	"github.com/valyala/fasthttp"
+)
+
+// admission is what one request holds from the limiters: rate reservations
+// on its connection and tenant, a tenant stream slot, the connection's gate
+// slot and an upstream key. release gives back what is left, once.
+type admission struct {
+	connRes, tenantRes limiter.Reservation
+	streamSlot, slot   limiter.Slot
+	key                *limiter.KeyLease
+	released           bool
+}
+
+// admit applies rate limits, then the tenant's stream cap, then the
+// connection's FIFO gate (waiting in arrival order), then picks a key. It
+// answers the request itself and returns ok=false when refused. Refused
+// requests hold nothing and create no run.
+func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool) {
+	a := &admission{}
+	cfg := ex.up.cfg
+	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+	defer cancel()
+
+	if ex.op.Kind == adapters.OpGenerate && (cfg.Rate.RPM > 0 || cfg.Rate.TPM > 0 || s.cfg.Limits.PerTenant.RPM > 0 || s.cfg.Limits.PerTenant.TPM > 0) {
+		tokens := int64(limiter.EstimateTokens(len(ctx.PostBody())))
+		if mt := adapters.MaxOutputTokens(ctx.PostBody()); mt > 0 {
+			tokens += mt
+		} else {
+			tokens += cfg.Rate.DefaultMaxTokens
+		}
+		var err error
+		if cfg.Rate.RPM > 0 || cfg.Rate.TPM > 0 {
+			if a.connRes, err = s.rates.Admit(rctx, "conn:"+cfg.Name, limiter.Limits{RPM: cfg.Rate.RPM, TPM: cfg.Rate.TPM}, tokens); err != nil {
+				s.refuse(ctx, ex, a, err)
+				return nil, false
+			}
+			setRateHeaders(ctx, a.connRes)
+		}
+		if pt := s.cfg.Limits.PerTenant; pt.RPM > 0 || pt.TPM > 0 {
+			if a.tenantRes, err = s.rates.Admit(rctx, "tenant:"+ex.tenant, limiter.Limits{RPM: pt.RPM, TPM: pt.TPM}, tokens); err != nil {
+				s.refuse(ctx, ex, a, err)
+				return nil, false
+			}
+		}
+	}
+	if n := s.cfg.Limits.PerTenant.MaxStreams; n > 0 && ex.op.Stream {
+		slot, err := s.gates.Gate("tenant:"+ex.tenant, limiter.GateConfig{MaxConcurrent: n, MaxWaiting: -1}).Acquire(rctx)
+		if err != nil {
+			if errors.Is(err, limiter.ErrQueueFull) {
+				err = errTenantStreams
+			}
+			s.refuse(ctx, ex, a, err)
+			return nil, false
+		}
+		a.streamSlot = slot
+	}
+	if cfg.MaxConcurrent > 0 {
+		// The wait ends early if the client leaves: its place goes at once.
+		wctx, stop := watchClient(ctx.Conn())
+		start := time.Now()
+		slot, err := ex.up.gate.Acquire(wctx)
+		stop()
+		s.metrics.queueWait.Add(time.Since(start).Nanoseconds())
+		if err != nil {
+			s.refuse(ctx, ex, a, err)
+			return nil, false
+		}
+		a.slot = slot
+	}
+	if ex.up.keys != nil {
+		lease, err := ex.up.keys.Acquire()
+		if err != nil {
+			s.refuse(ctx, ex, a, err)
+			return nil, false
+		}
+		a.key = lease
+	}
+	return a, true
+}
+
+var errTenantStreams = errors.New("tenant stream cap reached")
+
+// refuse answers a request the limiters turned away, giving back what it
+// already held.
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, ex *exchange, a *admission, err error) {
+	a.refund()
+	var rl *limiter.RateLimitError
+	switch {
+	case errors.As(err, &rl):
+		s.metrics.rejected("rate_limited")
+		retry := int(math.Ceil(rl.RetryAfter.Seconds()))
+		if retry < 1 {
+			retry = 1
+		}
+		code, msg := "rate_limited", "This connection's request or token rate limit is reached; retry after the time in Retry-After."
+		if rl.Kind == "keys" {
+			code, msg = "keys_cooling_down", "Every upstream key of this connection is cooling down after a 429; retry after the time in Retry-After."
+		}
+		writeError(ctx, ex.ad, apiError{status: 429, code: code, retryAfter: retry, message: msg})
+		setQuotaHeaders(ctx, rl.Requests, rl.Tokens)
+	case errors.Is(err, limiter.ErrQueueFull):
+		s.metrics.rejected("queue_full")
+		writeError(ctx, ex.ad, apiError{status: 429, code: "queue_full", retryAfter: 1,
+			message: "Too many requests are waiting for this connection (queue.max_waiting)."})
+	case errors.Is(err, limiter.ErrQueueTimeout):
+		s.metrics.rejected("queue_timeout")
+		writeError(ctx, ex.ad, apiError{status: 429, code: "queue_timeout", retryAfter: 1,
+			message: "The request waited longer than queue.timeout for a slot on this connection."})
+	case errors.Is(err, errTenantStreams):
+		s.metrics.rejected("tenant_streams")
+		writeError(ctx, ex.ad, apiError{status: 429, code: "too_many_streams", retryAfter: 1,
+			message: "This tenant already has limits.per_tenant.max_streams streams open."})
+	case errors.Is(err, limiter.ErrNoKeys):
+		writeError(ctx, ex.ad, apiError{status: 503, code: "no_upstream_keys",
+			message: "Every upstream key of this connection was rejected by the provider."})
+	case errors.Is(err, context.Canceled):
+		s.metrics.rejected("client_gone")
+		ctx.SetConnectionClose() // the client left while queued; nobody reads this
+	default:
+		s.log.Warn("limiter unavailable", "connection", ex.up.cfg.Name, "err", err)
+		writeError(ctx, ex.ad, apiError{status: 503, code: "limits_unavailable", retryAfter: 1,
+			message: "The shared limits could not be checked."})
+	}
+}
+
+// refund gives back everything when the request never went upstream.
+func (a *admission) refund() {
+	if a == nil || a.released {
+		return
+	}
+	a.released = true
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if a.connRes != nil {
+		_ = a.connRes.Refund(ctx)
+	}
+	if a.tenantRes != nil {
+		_ = a.tenantRes.Refund(ctx)
+	}
+	a.releaseSlots()
+}
+
+func (a *admission) releaseSlots() {
+	if a.slot != nil {
+		a.slot.Release()
+	}
+	if a.streamSlot != nil {
+		a.streamSlot.Release()
+	}
+	if a.key != nil {
+		a.key.Done(0, 0)
+	}
+}
+
+// settle ends the admission with the turn's real usage (0 when unknown or
+// aborted, which refunds the reserved tokens) and frees the slots.
+func (a *admission) settle(usage adapters.Usage, status int, retryAfter time.Duration) {
+	if a == nil || a.released {
+		return
+	}
+	a.released = true
+	actual := int64(0)
+	if usage.Present {
+		actual = usage.InputTokens + usage.OutputTokens
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if a.connRes != nil {
+		_ = a.connRes.Settle(ctx, actual)
+	}
+	if a.tenantRes != nil {
+		_ = a.tenantRes.Settle(ctx, actual)
+	}
+	if a.key != nil {
+		a.key.Done(status, retryAfter)
+		a.key = nil
+	}
+	a.releaseSlots()
+}
+
+// setRateHeaders adds OpenAI-style x-ratelimit-* headers for an admitted
+// request.
+func setRateHeaders(ctx *fasthttp.RequestCtx, r limiter.Reservation) {
+	req, tok := r.Quota()
+	setQuotaHeaders(ctx, req, tok)
+}
+
+func setQuotaHeaders(ctx *fasthttp.RequestCtx, req, tok limiter.Quota) {
+	h := &ctx.Response.Header
+	if req.Limit > 0 {
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(req.Limit, 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(req.Remaining, 10))
+		h.Set("x-ratelimit-reset-requests", formatReset(req.Reset))
+	}
+	if tok.Limit > 0 {
+		h.Set("x-ratelimit-limit-tokens", strconv.FormatInt(tok.Limit, 10))
+		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(tok.Remaining, 10))
+		h.Set("x-ratelimit-reset-tokens", formatReset(tok.Reset))
+	}
+}
+
+// formatReset writes a duration the way OpenAI's headers do ("1s", "6m0s").
+func formatReset(d time.Duration) string {
+	if d < time.Millisecond {
+		return "0s"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// watchClient returns a context that ends when the client closes its
+// connection, for waits in the handler (fasthttp only learns of a client
+// that left when a write fails). It reads the raw connection while the
+// handler waits, which is safe because an HTTP/1.1 client sends its next
+// request only after this response; stop ends the watch and restores the
+// connection.
+func watchClient(conn net.Conn) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if conn == nil {
+		return ctx, cancel
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		if _, err := conn.Read(b[:]); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return // stop() woke us: the client is still there
+			}
+		}
+		// EOF or a reset: the client left. (A byte read would be a
+		// pipelined request, which LLM clients do not send.)
+		cancel()
+	}()
+	return ctx, func() {
+		_ = conn.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		_ = conn.SetReadDeadline(time.Time{})
+		cancel()
+	}
+}
+
+// wantsUsage reports whether settling needs the turn's real usage.
+func (a *admission) wantsUsage() bool {
+	return a != nil && (a.connRes != nil || a.tenantRes != nil)
+}
