@@ -315,16 +315,22 @@ func (s *Server) apiEvents(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	// A follower of a silent run gets the head now, not with the first
+	// event or heartbeat.
+	ctx.Response.ImmediateHeaderFlush = true
 	st := s.store
 	heartbeatEvery := s.cfg.Limits.Heartbeat.D()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		fctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		// Heartbeats find a follower that left while the run is silent.
+		// The heartbeat goroutine must be gone before this function
+		// returns: w belongs to fasthttp from then on.
 		stopBeat := make(chan struct{})
-		beatErr := make(chan struct{})
+		beatDone := make(chan struct{})
 		var mu = make(chan struct{}, 1)
 		go func() {
+			defer close(beatDone)
 			t := time.NewTicker(heartbeatEvery)
 			defer t.Stop()
 			for {
@@ -332,21 +338,27 @@ func (s *Server) apiEvents(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 				case <-stopBeat:
 					return
 				case <-t.C:
-					mu <- struct{}{}
-					_, err := w.Write(heartbeat)
-					if err == nil {
-						err = w.Flush()
-					}
-					<-mu
-					if err != nil {
-						close(beatErr)
-						cancel()
-						return
-					}
+				}
+				select {
+				case mu <- struct{}{}:
+				case <-stopBeat:
+					return
+				}
+				_, err := w.Write(heartbeat)
+				if err == nil {
+					err = w.Flush()
+				}
+				<-mu
+				if err != nil {
+					cancel()
+					return
 				}
 			}
 		}()
-		defer close(stopBeat)
+		defer func() {
+			close(stopBeat)
+			<-beatDone
+		}()
 		idBuf := make([]byte, 0, 32)
 		_ = st.FollowEvents(fctx, k, runID, after, func(e store.Event) error {
 			idBuf = append(idBuf[:0], "id: "...)
