@@ -161,6 +161,10 @@ type Assembler interface {
 	Feed(data []byte) error
 	Result() Turn
 	Reset()
+	// Done reports that the provider's last event has been fed: "[DONE]"
+	// for OpenAI chat, the chunk with a finishReason for Gemini, a
+	// terminal response event for Responses. Cheap; call it per event.
+	Done() bool
 }
 
 // Message is one entry of a messages/contents array, as WalkMessages yields

@@ -208,3 +208,6 @@ func (s *geminiAssembler) Result() Turn {
 	}
 	return t
 }
+
+// Done implements Assembler.
+func (s *geminiAssembler) Done() bool { return len(s.finishRaw) > 0 }

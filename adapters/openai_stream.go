@@ -358,3 +358,6 @@ func appendQuoted(b, escaped []byte) []byte {
 	b = append(b, escaped...)
 	return append(b, '"')
 }
+
+// Done implements Assembler.
+func (s *openAIAssembler) Done() bool { return s.done }

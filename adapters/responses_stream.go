@@ -416,3 +416,6 @@ func (it *rsItem) partsJSON(g uint8) []byte {
 	}
 	return append(b, ']')
 }
+
+// Done implements Assembler.
+func (s *responsesAssembler) Done() bool { return s.terminal }

@@ -78,6 +78,8 @@ type exchange struct {
 	turn *turn
 	// adm is what the request holds from the limiters.
 	adm *admission
+	// turnDone: the run's end is recorded.
+	turnDone bool
 	// extraHeaders are the adapter's header edits (session ids).
 	extraHeaders []adapters.Header
 	// addedUsage: chronicle asked for stream usage the client did not, and
@@ -216,13 +218,16 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		ex.resp.Reset()
 		ex.s.metrics.retries.Add(1)
 		if ex.adm != nil && ex.adm.key != nil {
+			// The key cools down for the upstream's Retry-After; the retry
+			// goes out on another key at once (after the base backoff).
 			ex.adm.key.Done(status, retryAfter)
 			ex.adm.key = nil
-			if lease, err := up.keys.Acquire(); err == nil {
-				ex.adm.key = lease
-			} else {
-				return nil // no key left to retry with: hand on this answer
+			lease, err := up.keys.Acquire()
+			if err != nil {
+				return nil // every key is cooling: hand on this answer
 			}
+			ex.adm.key = lease
+			wait, _ = policy.Delay(attempt, 0)
 		}
 		if err := limiter.Sleep(context.Background(), wait); err != nil {
 			return err
@@ -231,12 +236,19 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 	}
 }
 
-// end closes the books on an exchange: the run's record, the rate-limit
-// settlement with real usage, and the gate slot.
-func (ex *exchange) end(o outcome) {
-	if ex.turn != nil {
+// endTurn records the run's end, once.
+func (ex *exchange) endTurn(o outcome) {
+	if ex.turn != nil && !ex.turnDone {
+		ex.turnDone = true
 		ex.turn.finish(o)
 	}
+}
+
+// end closes the books on an exchange: the run's record (unless the relay
+// already wrote it at the provider's last event), the rate-limit settlement
+// with real usage, and the gate slot.
+func (ex *exchange) end(o outcome) {
+	ex.endTurn(o)
 	usage := o.turn.Usage
 	if o.aborted && !usage.Present {
 		usage = adapters.Usage{} // refunds the reservation
@@ -509,24 +521,32 @@ loop:
 		case m := <-events:
 			if m.ev != nil {
 				lastEvent = time.Now()
-				raw := m.ev.Raw
-				drop := false
-				if ex.addedUsage && m.ev.Kind == sse.KindEvent {
-					raw, drop = ex.ad.StripAddedUsage(raw)
-				}
+				// Assemble first: stripping edits the event's bytes in place,
+				// and Data aliases them.
 				if ex.asm != nil && m.ev.Kind == sse.KindEvent && m.ev.HasData {
 					if err := ex.asm.Feed(m.ev.Data); err != nil {
 						ex.s.log.Debug("unreadable stream event", "connection", cfg.Name, "err", err)
 					}
 				}
+				raw := m.ev.Raw
+				drop := false
+				if ex.addedUsage && m.ev.Kind == sse.KindEvent {
+					raw, drop = ex.ad.StripAddedUsage(raw)
+				}
 				if o.status >= 300 && len(errHead) < 64<<10 {
 					errHead = append(errHead, raw...)
 				}
+				if !drop && ex.turn != nil && ex.turn.events != nil && m.ev.Kind == sse.KindEvent && !ex.turnDone {
+					ex.turn.events.add(raw)
+				}
+				if ex.turn != nil && !ex.turnDone && ex.asm != nil && ex.asm.Done() {
+					// The provider's last event: record the turn before the
+					// client sees it, so a client that sends its next turn
+					// as soon as it reads the end finds the thread free.
+					ex.endTurn(outcome{status: o.status, turn: ex.asm.Result()})
+				}
 				if !drop {
 					write(raw)
-					if ex.turn != nil && ex.turn.events != nil && m.ev.Kind == sse.KindEvent {
-						ex.turn.events.add(raw)
-					}
 				}
 				if clientGone && !ex.detach {
 					abort() // the client left: stop the upstream request

@@ -216,6 +216,17 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	}
 	t.storedHashes = thread.Hashes
 	stored := joinArray(thread.Messages)
+	if ad.Format() == adapters.FormatOpenAIResponses && t.up.cfg.ExpandPreviousResponse && len(thread.Messages) > 0 {
+		// A stateless upstream cannot resolve previous_response_id: send
+		// the thread's items instead, and the new input after them.
+		if expanded, err := adapters.ExpandPreviousResponse(body, stored); err != nil {
+			return nil, err
+		} else if len(expanded) != len(body) {
+			body = expanded
+			messages, _ = ad.Messages(body)
+			t.mode = modeReplace
+		}
+	}
 
 	// Compose.
 	var composed []byte
@@ -253,6 +264,8 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	switch ad.Format() {
 	case adapters.FormatGemini:
 		rep, err = repair.Gemini(composed, opts)
+	case adapters.FormatOpenAIResponses:
+		rep, err = repair.Responses(composed, opts)
 	default:
 		rep, err = repair.OpenAIChat(composed, opts)
 	}
@@ -488,7 +501,7 @@ func (t *turn) finish(o outcome) {
 		f.Status, f.Reason, f.Error = store.Failed, o.reason, o.turn.Error
 	case !o.turn.Terminal:
 		f.Status, f.Reason = store.Failed, codeStreamTruncated
-	case o.turn.Error != nil:
+	case o.turn.Error != nil || o.turn.Finish == adapters.FinishError:
 		f.Status, f.Reason, f.Error = store.Failed, "upstream_error", o.turn.Error
 	default:
 		f.Status = store.Completed
@@ -502,9 +515,12 @@ func (t *turn) finish(o outcome) {
 				f.Interrupts = append(f.Interrupts, store.Interrupt{CallID: id, Name: c.Name, Status: store.Pending, RunID: t.runID})
 			}
 		}
-		reply := o.turn.Message
-		parts := append(t.parts[:len(t.parts):len(t.parts)], reply)
-		hashes := append(t.hashes[:len(t.hashes):len(t.hashes)], store.Hash(adapters.HashMessage(reply)))
+		parts := t.parts[:len(t.parts):len(t.parts)]
+		hashes := t.hashes[:len(t.hashes):len(t.hashes)]
+		for _, m := range t.replyMessages(o.turn.Message) {
+			parts = append(parts, m)
+			hashes = append(hashes, store.Hash(adapters.HashMessage(m)))
+		}
 		var tr store.Transcript
 		if t.startSaved {
 			tr = t.transcriptFrom(t.hashes, parts, hashes)
@@ -521,6 +537,20 @@ func (t *turn) finish(o outcome) {
 		return
 	}
 	t.s.metrics.runs(f.Status)
+}
+
+// replyMessages is the assembled reply as thread messages: one message, or
+// for the Responses API, its output items one by one.
+func (t *turn) replyMessages(reply []byte) [][]byte {
+	if t.ad.Format() != adapters.FormatOpenAIResponses {
+		return [][]byte{reply}
+	}
+	var out [][]byte
+	_ = t.ad.WalkMessages(reply, func(m adapters.Message) bool {
+		out = append(out, append([]byte(nil), m.Raw...))
+		return true
+	})
+	return out
 }
 
 // joinArray makes a JSON array of raw messages.

@@ -88,8 +88,9 @@ type upstream struct {
 	gate   limiter.Gate
 	keys   *limiter.KeyPool // nil in pass-through mode
 
-	native adapters.Adapter // the provider's own wire format
-	compat adapters.Adapter // Gemini's OpenAI-compatible endpoint, on gemini connections
+	native    adapters.Adapter // the provider's own wire format
+	compat    adapters.Adapter // Gemini's OpenAI-compatible endpoint, on gemini connections
+	responses adapters.Adapter // the Responses API, on OpenAI-style connections
 }
 
 // Adapters shared by every connection of a kind; they are immutable.
@@ -102,7 +103,7 @@ func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *up
 	u := c.URL()
 	up := &upstream{
 		cfg:    c,
-		client: newHostClient(u, cfg),
+		client: newHostClient(u, cfg, c.MaxUpstreamConns),
 		prefix: strings.TrimRight(u.Scheme+"://"+u.Host+u.EscapedPath(), "/"),
 	}
 	if len(c.Keys) > 0 {
@@ -112,16 +113,28 @@ func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *up
 		}
 		up.keys = limiter.NewKeyPool(keys, limiter.KeyPoolOptions{Logger: log.With("connection", c.Name)})
 	}
+	// Each connection gets its own adapters: the session headers are
+	// connection config.
+	chat := func(d adapters.Dialect) adapters.Adapter {
+		d.SessionHeaders = append(append([]string(nil), d.SessionHeaders...), c.SessionHeaders...)
+		return adapters.NewOpenAIChat(d)
+	}
+	rd := adapters.ResponsesOpenAI
+	rd.SessionHeaders = append(append([]string(nil), rd.SessionHeaders...), c.SessionHeaders...)
 	switch c.Provider {
 	case config.ProviderOpenAI:
-		up.native = openAIAdapter
+		up.native = chat(adapters.OpenAI)
+		up.responses = adapters.NewResponses(rd)
 	case config.ProviderDeepSeek:
-		up.native = adapters.NewOpenAIChat(adapters.DeepSeek)
+		up.native = chat(adapters.DeepSeek)
 	case config.ProviderGemini:
-		up.native = geminiAdapter
-		up.compat = adapters.NewOpenAIChat(adapters.GeminiOpenAI)
+		g := adapters.NewGemini()
+		g.SessionHeaders = c.SessionHeaders
+		up.native = g
+		up.compat = chat(adapters.GeminiOpenAI)
 	default:
-		up.native = adapters.NewOpenAIChat(adapters.OpenAICompatible)
+		up.native = chat(adapters.OpenAICompatible)
+		up.responses = adapters.NewResponses(rd)
 	}
 	return up
 }
@@ -131,7 +144,17 @@ func (u *upstream) adapter(path []byte) adapters.Adapter {
 	if u.compat != nil && bytes.Contains(path, []byte("/openai/")) {
 		return u.compat
 	}
+	if u.responses != nil && isResponsesPath(path) {
+		return u.responses
+	}
 	return u.native
+}
+
+// isResponsesPath reports whether path is the Responses API (…/responses,
+// or one of its sub-resources).
+func isResponsesPath(path []byte) bool {
+	p := bytes.TrimRight(path, "/")
+	return bytes.HasSuffix(p, []byte("/responses")) || bytes.Contains(p, []byte("/responses/"))
 }
 
 // New builds a Server from a validated config.
@@ -194,7 +217,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 // newHostClient makes the HTTP client for one upstream. It streams response
 // bodies (nothing buffers a stream) and sets no read timeout: streams have
 // their own first-byte, idle and total clocks.
-func newHostClient(u *url.URL, cfg *config.Config) *fasthttp.HostClient {
+func newHostClient(u *url.URL, cfg *config.Config, maxConns int) *fasthttp.HostClient {
+	if maxConns <= 0 {
+		maxConns = 1 << 16
+	}
 	host := u.Host
 	isTLS := u.Scheme == "https"
 	if u.Port() == "" {
@@ -210,9 +236,13 @@ func newHostClient(u *url.URL, cfg *config.Config) *fasthttp.HostClient {
 		StreamResponseBody:       true,
 		NoDefaultUserAgentHeader: true,
 		MaxIdleConnDuration:      60 * time.Second,
-		ReadBufferSize:           cfg.Limits.MaxHeaderBytes,
-		WriteTimeout:             cfg.Limits.WriteTimeout.D(),
-		MaxResponseBodySize:      0,
+		// Every open stream holds one upstream connection; fasthttp's
+		// default cap (512) would refuse the 513th stream outright.
+		MaxConns:            maxConns,
+		MaxConnWaitTimeout:  10 * time.Second,
+		ReadBufferSize:      cfg.Limits.MaxHeaderBytes,
+		WriteTimeout:        cfg.Limits.WriteTimeout.D(),
+		MaxResponseBodySize: 0,
 		// Keep header case and path bytes exactly as the client sent them.
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: true,

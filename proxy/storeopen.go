@@ -3,8 +3,13 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/chronicle-proxy/chronicle/limiter"
+	"github.com/chronicle-proxy/chronicle/limiter/redislimit"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/chronicle-proxy/chronicle/store/embedded"
@@ -75,4 +80,24 @@ func (s *Server) runSweeper(ctx context.Context) {
 			s.log.Warn("run lost with its replica; marked failed", "thread", r.Key.Thread, "run", r.RunID, "reason", store.ReasonProxyLost)
 		}
 	}
+}
+
+// OpenLimits returns the gates and rate limiter limits.mode asks for: nil
+// (in-process ones) for local, or Redis-backed ones shared by every replica
+// using the same Redis store. The returned close function releases them.
+func OpenLimits(ctx context.Context, cfg *config.Config, log *slog.Logger) (limiter.Gates, limiter.RateLimiter, func() error, error) {
+	if cfg.Limits.Mode != "shared" {
+		return nil, nil, func() error { return nil }, nil
+	}
+	opts, err := redisstore.ParseURL(cfg.Store.URL.Reveal())
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("store.url: %w", redactURLError(err, cfg.Store.URL.Reveal()))
+	}
+	rdb := goredis.NewUniversalClient(opts)
+	lim, err := redislimit.New(ctx, rdb, redislimit.Options{Lease: cfg.Leases.TTL.D(), Logger: log})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, nil, fmt.Errorf("limits.mode: shared limits cannot reach Redis: %w", redactURLError(err, cfg.Store.URL.Reveal()))
+	}
+	return lim, lim, func() error { lim.Close(); return rdb.Close() }, nil
 }

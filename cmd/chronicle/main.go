@@ -89,7 +89,12 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 		return err
 	}
 	defer st.Close()
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log, Store: st})
+	gates, rates, closeLimits, err := proxy.OpenLimits(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeLimits()
+	srv, err := proxy.New(cfg, proxy.Options{Logger: log, Store: st, Gates: gates, Rates: rates})
 	if err != nil {
 		return err
 	}

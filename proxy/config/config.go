@@ -163,9 +163,20 @@ type Connection struct {
 	Rate          Rate     `yaml:"rate"`
 	Retry         Retry    `yaml:"retry"`
 	ReadOnlyTools []string `yaml:"read_only_tools"`
-	OnDisconnect  string   `yaml:"on_disconnect"`  // abort | detach
-	OnStoreError  string   `yaml:"on_store_error"` // fail | pass
-	Persist       *bool    `yaml:"persist"`        // default true
+	// SessionHeaders are request headers set to the thread's session id,
+	// for upstreams that route or cache by a header (ChatGPT backend:
+	// session-id; OpenCode: x-opencode-session). The body field
+	// (prompt_cache_key) follows the provider.
+	SessionHeaders []string `yaml:"session_headers"`
+	// ExpandPreviousResponse makes chronicle replace a Responses request's
+	// previous_response_id with the stored items of its thread, for
+	// upstreams that keep no state (store: false, or compatible servers).
+	ExpandPreviousResponse bool `yaml:"expand_previous_response"`
+	// MaxUpstreamConns caps open connections to the upstream; 0 = 65536.
+	MaxUpstreamConns int    `yaml:"max_upstream_conns"`
+	OnDisconnect     string `yaml:"on_disconnect"`  // abort | detach
+	OnStoreError     string `yaml:"on_store_error"` // fail | pass
+	Persist          *bool  `yaml:"persist"`        // default true
 
 	baseURL *url.URL
 }
@@ -518,6 +529,14 @@ func (c *Config) Validate() error {
 		for name, d := range map[string]Duration{"first_byte": cn.Timeouts.FirstByte, "idle": cn.Timeouts.Idle, "total": cn.Timeouts.Total} {
 			if d <= 0 {
 				bad(key+".timeouts."+name, "must be positive")
+			}
+		}
+		if cn.MaxUpstreamConns < 0 {
+			bad(key+".max_upstream_conns", "must not be negative (0 = 65536)")
+		}
+		for j, h := range cn.SessionHeaders {
+			if strings.TrimSpace(h) == "" || strings.ContainsAny(h, " :\r\n") {
+				bad(fmt.Sprintf("%s.session_headers[%d]", key, j), "not a header name: %q", h)
 			}
 		}
 		if cn.MaxConcurrent < 0 {
