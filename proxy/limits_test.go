@@ -43,6 +43,7 @@ connections:
   - {name: a, provider: openai, base_url: "${MOCK}", rate: {rpm: 60}}
 `)
 	pass, limited := 0, 0
+	start := time.Now()
 	var last *struct {
 		retry string
 		body  string
@@ -51,8 +52,8 @@ connections:
 		resp, body := do(t, "POST", p.URL+"/a/v1/chat/completions", chatBody, "Authorization", "Bearer k")
 		switch resp.StatusCode {
 		case 200:
-			if limited > 0 {
-				t.Fatalf("request %d passed after a refusal", i)
+			if i < 60 && limited > 0 {
+				t.Fatalf("request %d refused within the first 60", i)
 			}
 			pass++
 			if resp.Header.Get("X-Ratelimit-Limit-Requests") != "60" {
@@ -68,14 +69,17 @@ connections:
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
 		}
 	}
-	if pass != 60 || limited != 60 {
-		t.Fatalf("passed %d, limited %d; want 60 and 60", pass, limited)
+	// rpm 60 refills one request a second: a slow machine that took s
+	// seconds for the loop may pass s more (after the first refusal).
+	refill := int(time.Since(start) / time.Second)
+	if pass < 60 || pass > 60+refill || pass+limited != 120 {
+		t.Fatalf("passed %d, limited %d in %s; want 60 (+%d refilled)", pass, limited, time.Since(start), refill)
 	}
 	if !strings.Contains(last.body, `"code":"rate_limited"`) || last.retry == "" {
 		t.Fatalf("429: Retry-After %q body %s", last.retry, last.body)
 	}
-	if n := len(m.Requests()); n != 60 {
-		t.Fatalf("upstream saw %d requests, want 60", n)
+	if n := len(m.Requests()); n != pass {
+		t.Fatalf("upstream saw %d requests, %d passed", n, pass)
 	}
 	secs, _ := strconv.Atoi(last.retry)
 	time.Sleep(time.Duration(secs) * time.Second) // a client honouring Retry-After
