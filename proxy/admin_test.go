@@ -630,10 +630,6 @@ func TestAdminDelete(t *testing.T) {
 	}
 }
 
-func isNotFound(err error) bool {
-	return err != nil && strings.Contains(err.Error(), store.ErrNotFound.Error())
-}
-
 // assertNoRedisKeys scans the Redis server behind st for any key or index
 // member that still names the deleted thread.
 func assertNoRedisKeys(t *testing.T, c *redis.Client, k store.Key) {

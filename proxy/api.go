@@ -75,7 +75,6 @@ func (s *Server) storeError(ctx *fasthttp.RequestCtx, err error, what string) {
 		writeError(ctx, openAIAdapter, apiError{status: 404, code: what + "_not_found", message: "No such " + what + "."})
 		return
 	}
-	s.metrics.storeErrors.Add(1)
 	s.log.Warn("store read failed", "err", err)
 	writeError(ctx, openAIAdapter, apiError{status: 503, code: "store_unavailable", retryAfter: 1, message: "The conversation store is unreachable."})
 }
@@ -224,41 +223,12 @@ func (s *Server) apiThread(ctx *fasthttp.RequestCtx, k store.Key) {
 	writeThread(ctx, th, runs)
 }
 
-// writeThread answers with the thread document. encoding/json would compact
-// json.RawMessage values, so the stored messages (and system) are spliced
-// in as they are: byte for byte what was sent upstream.
+// writeThread answers with the thread document (appendThreadDoc splices
+// the stored messages in byte for byte).
 func writeThread(ctx *fasthttp.RequestCtx, th store.Thread, runs []store.Run) {
-	doc := toThreadJSON(th, nil)
-	doc.System, doc.Messages = json.RawMessage(`null`), nil
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(doc)
-	head := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	// head ends with `"system":null,"messages":null,"runs":[]}`.
-	cut := bytes.LastIndex(head, []byte(`"system":null`))
-	out := make([]byte, 0, len(head)+256*len(th.Messages))
-	out = append(out, head[:cut]...)
-	out = append(out, `"system":`...)
-	if len(th.System) > 0 {
-		out = append(out, th.System...)
-	} else {
-		out = append(out, "null"...)
-	}
-	out = append(out, `,"messages":`...)
-	out = append(out, joinArray(th.Messages)...)
-	runsDoc := make([]runJSON, 0, len(runs))
-	for _, r := range runs {
-		runsDoc = append(runsDoc, toRunJSON(r))
-	}
-	buf.Reset()
-	_ = enc.Encode(runsDoc)
-	out = append(out, `,"runs":`...)
-	out = append(out, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
-	out = append(out, '}')
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(out)
+	ctx.SetBody(appendThreadDoc(nil, th, runs, false))
 }
 
 func (s *Server) apiActiveRun(ctx *fasthttp.RequestCtx, k store.Key) {

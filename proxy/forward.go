@@ -80,6 +80,8 @@ type exchange struct {
 	adm *admission
 	// turnDone: the run's end is recorded.
 	turnDone bool
+	// start is when the request arrived, for the latency metric.
+	start time.Time
 	// extraHeaders are the adapter's header edits (session ids).
 	extraHeaders []adapters.Header
 	// addedUsage: chronicle asked for stream usage the client did not, and
@@ -113,7 +115,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		tenant = passThroughTenant(key)
 	}
 
-	ex := &exchange{s: s, up: up, ad: shape, tenant: tenant,
+	ex := &exchange{s: s, up: up, ad: shape, start: time.Now(), tenant: tenant,
 		req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse(), clientConn: ctx.Conn()}
 	ex.op = shape.Classify(string(ctx.Method()), string(rest), string(ctx.URI().QueryString()), ctx.PostBody())
 	body := ctx.PostBody()
@@ -216,7 +218,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		// was a 429, and try again (with another key when the pool has one).
 		_ = ex.resp.CloseBodyStream()
 		ex.resp.Reset()
-		ex.s.metrics.retries.Add(1)
+		ex.s.metrics.countRetry()
 		if ex.adm != nil && ex.adm.key != nil {
 			// The key cools down for the upstream's Retry-After; the retry
 			// goes out on another key at once (after the base backoff).
@@ -249,6 +251,18 @@ func (ex *exchange) endTurn(o outcome) {
 // with real usage, and the gate slot.
 func (ex *exchange) end(o outcome) {
 	ex.endTurn(o)
+	m := ex.s.metrics
+	route := "passthrough"
+	if ex.op.Kind == adapters.OpGenerate {
+		route = "generate"
+		if ex.op.Stream {
+			route = "stream"
+		}
+	}
+	m.observeRequest(ex.up.cfg.Name, route, o.status, time.Since(ex.start))
+	if u := o.turn.Usage; u.Present {
+		m.observeTokens(ex.up.cfg.Name, ex.op.Model, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
+	}
 	usage := o.turn.Usage
 	if o.aborted && !usage.Present {
 		usage = adapters.Usage{} // refunds the reservation
@@ -521,6 +535,9 @@ loop:
 		case m := <-events:
 			if m.ev != nil {
 				lastEvent = time.Now()
+				if m.ev.Kind == sse.KindEvent {
+					ex.s.metrics.eventsTeed.Inc()
+				}
 				// Assemble first: stripping edits the event's bytes in place,
 				// and Data aliases them.
 				if ex.asm != nil && m.ev.Kind == sse.KindEvent && m.ev.HasData {

@@ -72,7 +72,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool
 		start := time.Now()
 		slot, err := ex.up.gate.Acquire(wctx)
 		stop()
-		s.metrics.queueWait.Add(time.Since(start).Nanoseconds())
+		s.metrics.queueWaitH.WithLabelValues(cfg.Name).Observe(time.Since(start).Seconds())
 		if err != nil {
 			s.refuse(ctx, ex, a, err)
 			return nil, false
@@ -99,7 +99,7 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, ex *exchange, a *admission, er
 	var rl *limiter.RateLimitError
 	switch {
 	case errors.As(err, &rl):
-		s.metrics.rejected("rate_limited")
+		s.metrics.rejected(ex.up.cfg.Name, "rate_limited")
 		retry := int(math.Ceil(rl.RetryAfter.Seconds()))
 		if retry < 1 {
 			retry = 1
@@ -111,22 +111,22 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, ex *exchange, a *admission, er
 		writeError(ctx, ex.ad, apiError{status: 429, code: code, retryAfter: retry, message: msg})
 		setQuotaHeaders(ctx, rl.Requests, rl.Tokens)
 	case errors.Is(err, limiter.ErrQueueFull):
-		s.metrics.rejected("queue_full")
+		s.metrics.rejected(ex.up.cfg.Name, "queue_full")
 		writeError(ctx, ex.ad, apiError{status: 429, code: "queue_full", retryAfter: 1,
 			message: "Too many requests are waiting for this connection (queue.max_waiting)."})
 	case errors.Is(err, limiter.ErrQueueTimeout):
-		s.metrics.rejected("queue_timeout")
+		s.metrics.rejected(ex.up.cfg.Name, "queue_timeout")
 		writeError(ctx, ex.ad, apiError{status: 429, code: "queue_timeout", retryAfter: 1,
 			message: "The request waited longer than queue.timeout for a slot on this connection."})
 	case errors.Is(err, errTenantStreams):
-		s.metrics.rejected("tenant_streams")
+		s.metrics.rejected(ex.up.cfg.Name, "tenant_streams")
 		writeError(ctx, ex.ad, apiError{status: 429, code: "too_many_streams", retryAfter: 1,
 			message: "This tenant already has limits.per_tenant.max_streams streams open."})
 	case errors.Is(err, limiter.ErrNoKeys):
 		writeError(ctx, ex.ad, apiError{status: 503, code: "no_upstream_keys",
 			message: "Every upstream key of this connection was rejected by the provider."})
 	case errors.Is(err, context.Canceled):
-		s.metrics.rejected("client_gone")
+		s.metrics.rejected(ex.up.cfg.Name, "client_gone")
 		ctx.SetConnectionClose() // the client left while queued; nobody reads this
 	default:
 		s.log.Warn("limiter unavailable", "connection", ex.up.cfg.Name, "err", err)

@@ -181,10 +181,9 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 // storeFailed applies on_store_error when the store cannot be reached at a
 // run's start: fail answers 503, pass forwards without persisting.
 func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, body []byte) (*turn, []byte, bool) {
-	s.metrics.storeErrors.Add(1)
 	s.log.Warn("store unavailable at run start", "connection", ex.up.cfg.Name, "err", err)
 	if ex.up.cfg.OnStoreError == "pass" {
-		s.metrics.unpersisted.Add(1)
+		s.metrics.countUnpersisted()
 		ctx.Response.Header.Set("X-Persisted", "false")
 		return nil, body, true
 	}
@@ -532,7 +531,6 @@ func (t *turn) finish(o outcome) {
 	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
 	defer cancel()
 	if err := t.st.Finish(rctx, t.lease, f); err != nil {
-		t.s.metrics.storeErrors.Add(1)
 		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
 		return
 	}
@@ -651,6 +649,7 @@ type eventLog struct {
 	done    chan struct{}
 	closing bool
 	failed  bool
+	firstAt time.Time // when the oldest queued event was relayed
 }
 
 func newEventLog(t *turn) *eventLog {
@@ -662,6 +661,9 @@ func newEventLog(t *turn) *eventLog {
 // add queues one event as forwarded to the client.
 func (l *eventLog) add(raw []byte) {
 	l.mu.Lock()
+	if len(l.ends) == 0 {
+		l.firstAt = time.Now()
+	}
 	l.buf = append(l.buf, raw...)
 	l.ends = append(l.ends, len(l.buf))
 	l.mu.Unlock()
@@ -704,6 +706,7 @@ func (l *eventLog) run() {
 			l.ends = nil
 			first := l.next
 			l.next += int64(len(ends))
+			queuedAt := l.firstAt
 			l.mu.Unlock()
 
 			batch = batch[:0]
@@ -716,11 +719,11 @@ func (l *eventLog) run() {
 				rctx, cancel := context.WithTimeout(context.Background(), l.t.s.storeTimeout)
 				err := l.t.st.AppendEvents(rctx, l.t.lease, first, batch)
 				cancel()
+				l.t.s.metrics.eventLogLag.Observe(time.Since(queuedAt).Seconds())
 				if err != nil {
 					// Later batches would leave a gap; the log stops
 					// here and the run's transcript is still written.
 					l.failed = true
-					l.t.s.metrics.storeErrors.Add(1)
 					l.t.s.log.Warn("event log append failed; replay of this run stops here", "run", l.t.runID, "err", err)
 				}
 			}
@@ -732,7 +735,7 @@ func (l *eventLog) run() {
 // the stored non-stream body, or the stored stream replayed (and followed,
 // if the run is still going), with no upstream call.
 func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store.Key, run store.Run) {
-	s.metrics.replayed.Add(1)
+	s.metrics.countReplayed()
 	if !ex.op.Stream {
 		// StartRun reports the run without its stored body; fetch it.
 		rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
+	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/tidwall/gjson"
 )
 
@@ -613,8 +614,8 @@ connections:
 	}
 }
 
-// TestResumeManyFollowers: 1,000 followers of one run (embedded store) each
-// get every event, in order, byte for byte what the run's client got. It
+// TestResumeManyFollowers: 1,000 followers of one run each get every event,
+// in order, byte for byte what the run's client got, on each backend. It
 // logs the memory each follower costs (client and server side together,
 // both in this process).
 func TestResumeManyFollowers(t *testing.T) {
@@ -622,8 +623,14 @@ func TestResumeManyFollowers(t *testing.T) {
 	if testing.Short() {
 		followers = 100
 	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { manyFollowers(t, b.open(t), followers) })
+	}
+}
+
+func manyFollowers(t *testing.T, st store.Store, followers int) {
 	m := startMock(t)
-	p := startProxyWith(t, m, resumeConfig, openEmbedded(t, t.TempDir()))
+	p := startProxyWith(t, m, resumeConfig, st)
 	auth := []string{"Authorization", "Bearer k-many"}
 	resp := send(t, "POST", p.URL+"/openai/v1/chat/completions",
 		`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`,

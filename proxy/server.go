@@ -54,7 +54,7 @@ type Server struct {
 	replicaID string
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
-	metrics      serverMetrics
+	metrics      *serverMetrics
 	clients      *clientTable
 	gates        limiter.Gates
 	rates        limiter.RateLimiter
@@ -67,6 +67,8 @@ type Server struct {
 	// local holds this replica's running turns by run, so a cancel that
 	// arrives here stops them at once.
 	local sync.Map // localKey → *turn
+
+	metricsHandler fasthttp.RequestHandler
 	// sessionIDs caches the per-(connection, model) session ids.
 	sessionIDs sync.Map
 }
@@ -166,13 +168,16 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{
 		cfg:          cfg,
 		log:          log,
-		store:        opts.Store,
+		metrics:      newServerMetrics(),
 		replicaID:    opts.ReplicaID,
 		storeTimeout: 5 * time.Second,
 		clients:      newClientTable(cfg.Clients),
 		gates:        opts.Gates,
 		rates:        opts.Rates,
 		conns:        make(map[string]*upstream, len(cfg.Connections)),
+	}
+	if opts.Store != nil {
+		s.store = meteredStore{Store: opts.Store, m: s.metrics}
 	}
 	if s.gates == nil {
 		s.gates = limiter.NewLocalGates()
@@ -193,6 +198,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			MaxConcurrent: c.MaxConcurrent, MaxWaiting: c.Queue.MaxWaiting, Timeout: c.Queue.Timeout.D()})
 		s.conns[c.Name] = up
 	}
+	s.metrics.registerGates(s)
+	s.metricsHandler = s.metrics.handler()
 	l := cfg.Limits
 	s.srv = &fasthttp.Server{
 		Handler:               s.handle,
@@ -276,6 +283,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // handle routes one request by its first path segment.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
 	first, rest := splitFirstSegment(ctx.URI().PathOriginal())
 	switch string(first) {
 	case "healthz":
@@ -284,14 +292,22 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case "readyz":
 		s.serveReadyz(ctx)
 		return
+	case "metrics":
+		s.metricsHandler(ctx)
+		return
 	case "api":
 		s.serveAPI(ctx, rest)
+		s.observeOwn(ctx, "api", start)
 		return
 	case "admin":
 		s.serveAdmin(ctx, rest)
+		s.observeOwn(ctx, "admin", start)
 		return
 	case "ui":
 		s.serveUI(ctx, rest)
+		return
+	case "debug":
+		s.servePprof(ctx)
 		return
 	}
 	up := s.conns[string(first)]
@@ -303,6 +319,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.forward(ctx, up, rest)
+}
+
+// observeOwn records a request to chronicle's own API; a stream (events)
+// is recorded when it is answered.
+func (s *Server) observeOwn(ctx *fasthttp.RequestCtx, route string, start time.Time) {
+	s.metrics.observeRequest("", route, ctx.Response.StatusCode(), time.Since(start))
 }
 
 // splitFirstSegment splits "/name/rest..." into "name" and "/rest...".

@@ -1,0 +1,37 @@
+package proxy
+
+import (
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// pprofHandler serves Go's profiles under /debug/pprof.
+var pprofHandler = fasthttpadaptor.NewFastHTTPHandler(func() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}())
+
+// servePprof serves profiles when admin.pprof is on, behind the admin token.
+func (s *Server) servePprof(ctx *fasthttp.RequestCtx) {
+	if !s.cfg.Admin.Pprof {
+		writeError(ctx, openAIAdapter, apiError{status: 404, code: "not_found", message: "Profiling is off (admin.pprof)."})
+		return
+	}
+	if !s.adminAuthorized(ctx) {
+		return
+	}
+	// A CPU profile runs longer than the server's write timeout allows.
+	if c := ctx.Conn(); c != nil {
+		_ = c.SetWriteDeadline(time.Time{})
+	}
+	pprofHandler(ctx)
+}
