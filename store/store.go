@@ -255,14 +255,26 @@ type StartRun struct {
 	TTL         time.Duration // lease TTL
 	Fingerprint string        // request fingerprint; a reuse with another is ErrConflict
 	Model       string
+	// LoadThread asks for the thread in the same step (one round trip,
+	// read atomically with the lease): Started.Thread and ThreadFound.
+	LoadThread bool
 }
 
 // Started is StartRun's result. When Created is false the run already existed
 // (a retry): Run is its current state and Lease is zero.
+//
+// With StartRun.LoadThread, a successful call (Created or not) also carries
+// the thread exactly as LoadThread returns it (meta, messages, hashes), read
+// in the same atomic step as the lease; ThreadFound is false where
+// LoadThread would answer ErrNotFound (a thread without a saved
+// transcript), and Thread is then zero. A refused call (an error) carries
+// no thread.
 type Started struct {
-	Run     Run
-	Lease   Lease
-	Created bool
+	Run         Run
+	Lease       Lease
+	Created     bool
+	Thread      Thread
+	ThreadFound bool
 }
 
 // RunPatch updates a running run while its lease is renewed. Nil/zero fields

@@ -301,25 +301,9 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	var th store.Thread
 	found := false
 	err := s.view(func(tx *bolt.Tx) error {
-		tb := threadBucket(tx, k)
-		if tb == nil {
-			return nil
-		}
-		m, err := loadMeta(tb)
-		if err != nil || m.Created == 0 {
-			return err
-		}
-		found = true
-		th = store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
-			System: clone(m.System), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated),
-			Messages: make([][]byte, 0, m.Msgs), Hashes: make([]store.Hash, 0, m.Msgs)}
-		return tb.Bucket(bMsgs).ForEach(func(_, v []byte) error {
-			var h store.Hash
-			copy(h[:], v)
-			th.Hashes = append(th.Hashes, h)
-			th.Messages = append(th.Messages, clone(v[len(h):]))
-			return nil
-		})
+		var err error
+		th, found, err = readThread(tx, k)
+		return err
 	})
 	if err != nil {
 		return store.Thread{}, err
@@ -328,6 +312,33 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 		return store.Thread{}, fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
 	}
 	return th, nil
+}
+
+// readThread reads the thread's meta and messages inside tx (read or
+// write); found is false for a thread without a saved transcript.
+func readThread(tx *bolt.Tx, k store.Key) (th store.Thread, found bool, err error) {
+	tb := threadBucket(tx, k)
+	if tb == nil {
+		return store.Thread{}, false, nil
+	}
+	m, err := loadMeta(tb)
+	if err != nil || m.Created == 0 {
+		return store.Thread{}, false, err
+	}
+	th = store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
+		System: clone(m.System), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated),
+		Messages: make([][]byte, 0, m.Msgs), Hashes: make([]store.Hash, 0, m.Msgs)}
+	err = tb.Bucket(bMsgs).ForEach(func(_, v []byte) error {
+		var h store.Hash
+		copy(h[:], v)
+		th.Hashes = append(th.Hashes, h)
+		th.Messages = append(th.Messages, clone(v[len(h):]))
+		return nil
+	})
+	if err != nil {
+		return store.Thread{}, false, err
+	}
+	return th, true, nil
 }
 
 func clone(b []byte) []byte {

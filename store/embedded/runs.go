@@ -109,8 +109,10 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 					refused = fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
 					return nil
 				}
-				res.Run, err = s.runView(tb, k, sr.RunID, r)
-				return err
+				if res.Run, err = s.runView(tb, k, sr.RunID, r); err != nil {
+					return err
+				}
+				return s.withThread(tx, sr, &res)
 			}
 		}
 		tb, err := createThreadBucket(tx, k)
@@ -158,7 +160,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		}
 		res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,
 			Lease: store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: m.LeaseSeq, TTL: sr.TTL, Expires: fromMS(exp)}}
-		return nil
+		return s.withThread(tx, sr, &res)
 	})
 	if lost != "" {
 		s.notify(runKey(k, lost))
@@ -167,6 +169,17 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		return store.Started{}, err
 	}
 	return res, refused
+}
+
+// withThread reads the thread into res when the start asked for it, in the
+// start's own transaction.
+func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started) error {
+	if !sr.LoadThread {
+		return nil
+	}
+	var err error
+	res.Thread, res.ThreadFound, err = readThread(tx, sr.Key)
+	return err
 }
 
 // leased loads the thread bucket, meta and run for a fenced write.

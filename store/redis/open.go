@@ -7,7 +7,8 @@
 // Lua script on one slot: atomic, and safe to run twice because go-redis may
 // retry a write after a timeout (scripts check lease tokens, expected
 // prefix hashes and event sequence numbers). Cross-thread indexes live on
-// other slots and are updated in a second, idempotent step; see README.md.
+// other slots and are updated by idempotent commands pipelined with the
+// script, in the same round trip; see README.md.
 package redisstore
 
 import (
@@ -168,7 +169,8 @@ func ParseURL(raw string) (*redis.UniversalOptions, error) {
 	return o, nil
 }
 
-// Open connects and checks the server with PING.
+// Open connects, checks the server with PING and loads the scripts into
+// its cache (SCRIPT LOAD), so the first write of each kind sends no body.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.EventRetention <= 0 {
 		opts.EventRetention = 24 * time.Hour
@@ -237,6 +239,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	s.preload(ctx)
 	return s, nil
 }
 

@@ -64,9 +64,18 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return store.Thread{}, mapErr(err)
 	}
-	m := metaCmd.Val()
+	th, found, err := threadFrom(k, metaCmd.Val(), msgsCmd.Val(), hashCmd.Val())
+	if err == nil && !found {
+		err = fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
+	}
+	return th, err
+}
+
+// threadFrom builds a thread from its meta hash, message list and hash
+// blob; found is false for a thread without a saved transcript.
+func threadFrom(k store.Key, m map[string]string, msgs []string, hb string) (store.Thread, bool, error) {
 	if m["created"] == "" {
-		return store.Thread{}, fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
+		return store.Thread{}, false, nil
 	}
 	v, _ := strconv.ParseInt(m["v"], 10, 64)
 	th := store.Thread{Key: k, Connection: m["conn"], Format: m["fmt"], Model: m["model"],
@@ -74,10 +83,8 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	if sys, ok := m["sys"]; ok {
 		th.System = []byte(sys)
 	}
-	msgs := msgsCmd.Val()
-	hb := hashCmd.Val()
 	if len(hb) != 16*len(msgs) {
-		return store.Thread{}, fmt.Errorf("thread %s: %d messages, %d hash bytes: %w", k, len(msgs), len(hb), store.ErrConflict)
+		return store.Thread{}, false, fmt.Errorf("thread %s: %d messages, %d hash bytes: %w", k, len(msgs), len(hb), store.ErrConflict)
 	}
 	th.Messages = make([][]byte, len(msgs))
 	th.Hashes = make([]store.Hash, len(msgs))
@@ -85,27 +92,20 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 		th.Messages[i] = []byte(msg)
 		copy(th.Hashes[i][:], hb[16*i:])
 	}
-	return th, nil
+	return th, true, nil
 }
 
-// indexThread records the thread in the audit indexes (second step, other
-// slots; ZADD GT and SADD make it idempotent).
-func (s *Store) indexThread(ctx context.Context, k store.Key, updated string, activeDone string) error {
-	score, err := strconv.ParseFloat(updated, 64)
-	pipe := s.c.Pipeline()
-	if err == nil && updated != "" {
-		pipe.ZAddGT(ctx, s.tenantThreads(k.Tenant), redis.Z{Score: score, Member: k.Thread})
-		pipe.ZAddGT(ctx, s.allThreads(), redis.Z{Score: score, Member: k.Tenant + "/" + k.Thread})
-		pipe.SAdd(ctx, s.tenants(), k.Tenant)
+// scriptThread parses the thread a start script appended at r[at:].
+func scriptThread(k store.Key, r []any, at int) (store.Thread, bool, error) {
+	if len(r) < at+3 {
+		return store.Thread{}, false, fmt.Errorf("thread %s: start script returned %d values: %w", k, len(r), store.ErrConflict)
 	}
-	if activeDone != "" {
-		pipe.ZRem(ctx, s.active(), activeMember(k, activeDone))
+	raw := result(r[at+1])
+	msgs := make([]string, len(raw))
+	for i, m := range raw {
+		msgs[i] = str(m)
 	}
-	if pipe.Len() == 0 {
-		return nil
-	}
-	_, err = pipe.Exec(ctx)
-	return mapErr(err)
+	return threadFrom(k, pairs(result(r[at])), msgs, str(r[at+2]))
 }
 
 func transcriptArgs(t *store.Transcript) []any {
@@ -124,26 +124,34 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 	if err := t.Check(); err != nil {
 		return err
 	}
-	args := append([]any{l.RunID, l.Token, s.now()}, transcriptArgs(&t)...)
+	now := s.now()
+	args := append([]any{l.RunID, l.Token, now}, transcriptArgs(&t)...)
 	for _, m := range t.Messages {
 		args = append(args, m)
 	}
-	v, err := saveScript.Run(ctx, s.c, []string{s.meta(l.Key)}, args...).Result()
-	if err != nil {
+	b := s.batch(ctx)
+	cmd := b.script(saveScript, []string{s.meta(l.Key)}, args...)
+	s.queueIndex(ctx, b.pipe, l.Key, now, true)
+	if err := b.exec(s); err != nil {
 		return mapErr(err)
 	}
-	r := result(v)
+	r := result(cmd.Val())
 	switch str(r[0]) {
 	case "fenced":
 		return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
 	case "conflict":
 		return fmt.Errorf("thread %s: transcript prefix differs: %w", l.Key, store.ErrConflict)
 	}
-	return s.indexThread(ctx, l.Key, str(r[1]), "")
+	return nil
 }
 
 // StartRun claims the run id in the tenant index, registers the run for the
-// sweeper, then takes the lease and creates the run in one script.
+// sweeper, and takes the lease and creates the run in one script (which
+// also reads the thread when asked): one round trip. The claim and the
+// sweeper entry live on other slots, so they cannot gate the script;
+// a refused start undoes them afterwards (one more round trip, on the
+// refusal only), and a run id that turns out to belong to another thread
+// undoes the run the script created.
 func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started, error) {
 	k := sr.Key
 	if err := k.Validate(); err != nil {
@@ -157,49 +165,70 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 	}
 	now := s.now()
 	exp := now + sr.TTL.Milliseconds()
-	claim, err := runIDScript.Run(ctx, s.c, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread).Int()
-	if err != nil {
+	member := activeMember(k, sr.RunID)
+	b := s.batch(ctx)
+	claimCmd := b.script(runIDScript, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
+	// NX: a retried start leaves the score of a run that exists alone.
+	b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: member})
+	startCmd := b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
+		s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread))
+	if err := b.exec(s); err != nil {
 		return store.Started{}, mapErr(err)
+	}
+	claim, _ := claimCmd.Int()
+	r := result(startCmd.Val())
+	// undo drops what a start that created no run left on other slots.
+	undo := func() {
+		pipe := s.c.Pipeline()
+		pipe.ZRem(ctx, s.active(), member)
+		if claim == 2 {
+			unclaimScript.Eval(ctx, pipe, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
+		}
+		pipe.Exec(ctx)
 	}
 	if claim == 0 {
+		if str(r[0]) == "ok" {
+			unstartScript.Run(ctx, s.c, []string{s.meta(k)}, sr.RunID, str(r[1]), str(r[3]))
+			undo()
+		} else if str(r[0]) == "held" {
+			undo()
+		}
 		return store.Started{}, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
 	}
-	member := activeMember(k, sr.RunID)
-	if err := s.c.ZAdd(ctx, s.active(), redis.Z{Score: float64(exp), Member: member}).Err(); err != nil {
-		return store.Started{}, mapErr(err)
-	}
-	v, err := startScript.Run(ctx, s.c, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds()).Result()
-	if err != nil {
-		return store.Started{}, mapErr(err)
-	}
-	r := result(v)
-	undo := func() {
-		s.c.ZRem(ctx, s.active(), member)
-		if claim == 2 {
-			unclaimScript.Run(ctx, s.c, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
-		}
-	}
+	var res store.Started
+	var at int
 	switch str(r[0]) {
 	case "conflict":
 		return store.Started{}, fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
-	case "exists":
-		run, err := s.GetRun(ctx, k, sr.RunID)
-		run.Response = nil
-		return store.Started{Run: run}, err
 	case "held":
 		undo()
 		tok, _ := strconv.ParseInt(str(r[2]), 10, 64)
 		return store.Started{Lease: store.Lease{Key: k, RunID: str(r[1]), Token: tok, Expires: fromMS(str(r[3])), Owner: str(r[4])}},
 			fmt.Errorf("thread %s busy with run %s: %w", k, str(r[1]), store.ErrLeaseHeld)
+	case "exists":
+		res.Run = parseRun(k, sr.RunID, pairs(result(r[1])))
+		if l := parseIntr(pairs(result(r[2])))[sr.RunID]; l != nil {
+			res.Run.Interrupts = l
+		}
+		at = 3
+	default:
+		tok, _ := strconv.ParseInt(str(r[1]), 10, 64)
+		if lostRun := str(r[2]); lostRun != "" {
+			s.c.ZRem(ctx, s.active(), activeMember(k, lostRun))
+		}
+		l := store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: tok, TTL: sr.TTL, Expires: time.UnixMilli(exp).UTC()}
+		res.Run = store.Run{ID: sr.RunID, Key: k, Status: store.Running, Model: sr.Model, StartedAt: time.UnixMilli(now).UTC(),
+			Interrupts: []store.Interrupt{}, LeaseOwner: sr.Owner, LeaseToken: tok, LeaseExpires: l.Expires, Fingerprint: sr.Fingerprint}
+		res.Lease, res.Created = l, true
+		at = 4
 	}
-	tok, _ := strconv.ParseInt(str(r[1]), 10, 64)
-	if lostRun := str(r[2]); lostRun != "" {
-		s.c.ZRem(ctx, s.active(), activeMember(k, lostRun))
+	if sr.LoadThread {
+		var err error
+		if res.Thread, res.ThreadFound, err = scriptThread(k, r, at); err != nil {
+			return store.Started{}, err
+		}
 	}
-	l := store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: tok, TTL: sr.TTL, Expires: time.UnixMilli(exp).UTC()}
-	run := store.Run{ID: sr.RunID, Key: k, Status: store.Running, Model: sr.Model, StartedAt: time.UnixMilli(now).UTC(),
-		Interrupts: []store.Interrupt{}, LeaseOwner: sr.Owner, LeaseToken: tok, LeaseExpires: l.Expires, Fingerprint: sr.Fingerprint}
-	return store.Started{Run: run, Lease: l, Created: true}, nil
+	return res, nil
 }
 
 // Renew extends the lease and applies the patch.
@@ -237,8 +266,10 @@ func blob(b []byte) (string, string) {
 	return "1", string(b)
 }
 
-// Finish writes the transcript and ends the run in one script, then
-// updates the audit indexes and waits for the AOF fsync where supported.
+// Finish writes the transcript and ends the run in one script, sent in
+// one round trip with the audit index writes and the sweeper entry's
+// removal, then waits for the AOF fsync where supported (in the same
+// round trip on a single node once WAITAOF is known to work).
 func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
 	if err := store.CheckFinish(&f); err != nil {
 		return err
@@ -247,7 +278,8 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		return err
 	}
 	args := make([]any, 0, 48+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
-	args = append(args, l.RunID, l.Token, s.now(), string(f.Status), f.Reason)
+	now := s.now()
+	args = append(args, l.RunID, l.Token, now, string(f.Status), f.Reason)
 	ef, e := blob(f.Error)
 	args = append(args, ef, e)
 	if f.Usage != nil {
@@ -290,25 +322,51 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		}
 	}
 	key := s.meta(l.Key)
-	v, err := finishScript.Run(ctx, s.c, []string{key}, args...).Result()
-	if err != nil {
+	member := activeMember(l.Key, l.RunID)
+	b := s.batch(ctx)
+	cmd := b.script(finishScript, []string{key}, args...)
+	// The index writes use now, the time the script writes as updated
+	// (see queueIndex for a refused finish). After the script on a single
+	// node, so the sweeper entry goes only once the script ran.
+	s.queueIndex(ctx, b.pipe, l.Key, now, f.Transcript != nil)
+	b.pipe.ZRem(ctx, s.active(), member)
+	// WAITAOF rides along where the server is known to have it; on a
+	// cluster it must go to the thread's master, so it stays apart there.
+	var aof *redis.Cmd
+	if !s.cluster && s.waitAOF.Load() == 1 {
+		aof = b.pipe.Do(ctx, "WAITAOF", 1, 0, 1000)
+	}
+	err := b.exec(s)
+	if err != nil && !(aof != nil && errors.Is(err, aof.Err())) {
 		return mapErr(err)
 	}
-	r := result(v)
-	switch str(r[0]) {
-	case "fenced":
-		return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
-	case "notfound":
-		return fmt.Errorf("run %s: %w", l.RunID, store.ErrNotFound)
-	case "resumenotfound":
-		return fmt.Errorf("resumed run %s: %w", f.Resumes, store.ErrNotFound)
-	case "illegal":
-		return fmt.Errorf("run is %s, not %s: %w", str(r[1]), f.Status, store.ErrIllegalTransition)
-	case "conflict":
-		return fmt.Errorf("thread %s: transcript prefix differs: %w", l.Key, store.ErrConflict)
+	r := result(cmd.Val())
+	if res := str(r[0]); res != "ok" {
+		if res != "notfound" {
+			// The run may still be running (a refused transcript or
+			// resume, a released lease): give it back to the sweeper,
+			// due now; the sweeper checks the thread's lease itself.
+			s.c.ZAddNX(ctx, s.active(), redis.Z{Score: 0, Member: member})
+		}
+		switch res {
+		case "fenced":
+			return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
+		case "notfound":
+			return fmt.Errorf("run %s: %w", l.RunID, store.ErrNotFound)
+		case "resumenotfound":
+			return fmt.Errorf("resumed run %s: %w", f.Resumes, store.ErrNotFound)
+		case "illegal":
+			return fmt.Errorf("run is %s, not %s: %w", str(r[1]), f.Status, store.ErrIllegalTransition)
+		case "conflict":
+			return fmt.Errorf("thread %s: transcript prefix differs: %w", l.Key, store.ErrConflict)
+		}
+		return fmt.Errorf("finish returned %q: %w", res, store.ErrConflict)
 	}
-	if err := s.indexThread(ctx, l.Key, str(r[1]), l.RunID); err != nil {
-		return err
+	if aof != nil && !b.resent {
+		if aof.Err() != nil {
+			s.waitAOF.Store(2) // appendonly turned off since
+		}
+		return nil
 	}
 	return s.waitFsync(ctx, key)
 }

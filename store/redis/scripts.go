@@ -70,16 +70,31 @@ local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
 end
 `
 
-// startScript: ARGV run, owner, exp, now, fp, model, retention.
-// Returns {'conflict'} | {'exists'} | {'held', run, tok, exp, owner} |
-// {'ok', tok, lostrun}.
+// startScript: ARGV run, owner, exp, now, fp, model, retention, load.
+// Returns {'conflict'} | {'exists', runfields, intr, [thread]} |
+// {'held', run, tok, exp, owner} | {'ok', tok, lostrun, prevlast, [thread]}
+// where thread (when load is '1') is meta fields, messages, hash blob, read
+// in the same step as the lease.
 var startScript = redis.NewScript(prelude + `
 local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local function thread(out)
+  if ARGV[8] == '1' then
+    out[#out + 1] = redis.call('HGETALL', meta)
+    out[#out + 1] = redis.call('LRANGE', p .. 'msgs', 0, -1)
+    out[#out + 1] = redis.call('GET', p .. 'hashes') or ''
+  end
+  return out
+end
 local rk = p .. 'run:' .. run
 local ex = redis.call('HGET', rk, 'fp')
 if ex then
   if ex ~= fp then return {'conflict'} end
-  return {'exists'}
+  local h = redis.call('HGETALL', rk)
+  local r = {}
+  for j = 1, #h, 2 do
+    if h[j] ~= 'resp' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
+  end
+  return thread({'exists', r, redis.call('HGETALL', p .. 'intr')})
 end
 local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own')
 local lostrun = ''
@@ -87,13 +102,34 @@ if m[1] then
   if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
   if lost(m[1], now, ret) then lostrun = m[1] end
 end
+local prevlast = redis.call('HGET', meta, 'last') or ''
 local tok = redis.call('HINCRBY', meta, 'l_seq', 1)
 local n = redis.call('HINCRBY', meta, 'nruns', 1)
 redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running')
 redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0)
 redis.call('ZADD', p .. 'runs', n, run)
-return {'ok', tostring(tok), lostrun}
+return thread({'ok', tostring(tok), lostrun, prevlast})
 `)
+
+// unstartScript takes back a run StartRun just created, when the run id
+// turned out to belong to another thread: the run, its lease and its count
+// go; the token sequence keeps growing. ARGV run, tok, prevlast.
+var unstartScript = redis.NewScript(prelude + `
+local run = ARGV[1]
+if fenced(run, ARGV[2]) then return 0 end
+local rk = p .. 'run:' .. run
+if redis.call('HGET', rk, 'st') ~= 'running' then return 0 end
+redis.call('DEL', rk, p .. 'ev:' .. run)
+redis.call('ZREM', p .. 'runs', run)
+redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
+redis.call('HINCRBY', meta, 'nruns', -1)
+if ARGV[3] == '' then redis.call('HDEL', meta, 'last') else redis.call('HSET', meta, 'last', ARGV[3]) end
+return 1
+`)
+
+// scripts are loaded into the server's cache at Open.
+var scripts = []*redis.Script{startScript, unstartScript, runIDScript, unclaimScript, saveScript, renewScript,
+	releaseScript, finishScript, appendScript, lostScript, cancelScript, listRunsScript, deleteScript}
 
 // runIDScript claims a run id for a thread in the tenant's run index.
 // KEYS[1] tenant run index; ARGV run, thread. Returns 0 (another thread
