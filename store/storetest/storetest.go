@@ -65,6 +65,9 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"TranscriptSuffixAndOverwrite", testSuffixOverwrite},
 		{"Transitions", testTransitions},
 		{"StartRunIdempotent", testStartIdempotent},
+		{"StartRunLoadsThread", testStartLoad},
+		{"RunningThreadListed", testRunningListed},
+		{"RefusedFinishStaysSweepable", testRefusedFinishStaysSweepable},
 		{"LeaseContention", testLeaseContention},
 		{"StaleLeaseFenced", testStaleLease},
 		{"RenewAndCancel", testRenewCancel},
@@ -1000,4 +1003,169 @@ func testInvalid(t *testing.T, h *harness) {
 	}
 	_, err := h.s.StartRun(h.ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: "a"}, RunID: "r{1}", TTL: ttl})
 	wantErr(t, "bad run id", err, store.ErrInvalid)
+}
+
+func testStartLoad(t *testing.T, h *harness) {
+	start := func(k store.Key, run, fp string) (store.Started, error) {
+		return h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: ttl, Fingerprint: fp, Model: "m", LoadThread: true})
+	}
+	// A fresh thread: created, no thread.
+	k := store.Key{Tenant: "t", Thread: "load"}
+	st, err := start(k, "r1", "f1")
+	if err != nil || !st.Created || st.ThreadFound || st.Thread.Messages != nil || st.Thread.Version != 0 {
+		t.Fatalf("fresh thread: %+v %v", st, err)
+	}
+	// The retry of a run whose thread has no transcript yet.
+	again, err := start(k, "r1", "f1")
+	if err != nil || again.Created || again.ThreadFound || again.Run.Status != store.Running {
+		t.Fatalf("retry before any transcript: %+v %v", again, err)
+	}
+	msgs, hashes := Msgs(0, 4)
+	tr := store.Diff(nil, msgs, hashes)
+	tr.System, tr.Connection, tr.Format, tr.Model = []byte(`{"parts":[]}`), "gemini", "gemini", "gemini-2.5-pro"
+	h.finish(st.Lease, store.Finish{Status: store.Interrupted, Transcript: &tr, Interrupts: []store.Interrupt{{CallID: "c1", Name: "f"}}})
+	want := h.load(k)
+
+	// An existing thread: the same thread LoadThread returns.
+	h.clock.Advance(time.Second)
+	st, err = start(k, "r2", "f2")
+	if err != nil || !st.Created || !st.ThreadFound {
+		t.Fatalf("existing thread: %+v %v", st, err)
+	}
+	if diff := cmp.Diff(want, st.Thread); diff != "" {
+		t.Fatalf("thread with the start (-LoadThread +StartRun):\n%s", diff)
+	}
+	if st.Lease.Token == 0 || st.Run.Status != store.Running || st.Run.ID != "r2" {
+		t.Fatalf("run %+v lease %+v", st.Run, st.Lease)
+	}
+	// Without the flag, no thread.
+	if st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: "r2", TTL: ttl, Fingerprint: "f2"}); err != nil || st.ThreadFound || st.Thread.Messages != nil {
+		t.Fatalf("start without LoadThread: %+v %v", st, err)
+	}
+
+	// The lease is held: refused, no thread.
+	held, err := start(k, "r3", "f3")
+	wantErr(t, "start on a held lease", err, store.ErrLeaseHeld)
+	if held.ThreadFound || held.Lease.RunID != "r2" {
+		t.Fatalf("held: %+v", held)
+	}
+
+	// The retry of an existing run: the run as stored, and the thread.
+	reply, rh := Msg(4, "assistant")
+	fin := store.Diff(want.Hashes, append(slices.Clone(msgs), reply), append(slices.Clone(hashes), rh))
+	h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &fin, Resumes: "r1", Resolve: []string{"c1"}})
+	want = h.load(k)
+	for _, run := range []string{"r1", "r2"} {
+		again, err := start(k, run, "f"+run[1:])
+		if err != nil || again.Created || again.Lease.Token != 0 || !again.ThreadFound {
+			t.Fatalf("retry of %s: %+v %v", run, again, err)
+		}
+		stored := h.run(k, run)
+		stored.Response = nil
+		if diff := cmp.Diff(stored, again.Run); diff != "" {
+			t.Fatalf("retried run %s (-GetRun +StartRun):\n%s", run, diff)
+		}
+		if diff := cmp.Diff(want, again.Thread); diff != "" {
+			t.Fatalf("thread with the retry of %s (-LoadThread +StartRun):\n%s", run, diff)
+		}
+	}
+	if r := h.run(k, "r1"); len(r.Interrupts) != 1 || r.Interrupts[0].Status != store.Resolved || r.ResumedBy != "r2" {
+		t.Fatalf("r1 = %+v", r)
+	}
+
+	// A run id of another thread is refused and leaves that thread as it
+	// was: no run, no lease, same summary.
+	other := store.Key{Tenant: "t", Thread: "other"}
+	h.turn(other, "o1", msgs[:1], hashes[:1])
+	before, err := h.s.ListThreads(h.ctx, store.ThreadQuery{Tenant: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = start(other, "r2", "f2")
+	wantErr(t, "run id of another thread", err, store.ErrConflict)
+	after, err := h.s.ListThreads(h.ctx, store.ThreadQuery{Tenant: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Fatalf("refused start changed the listing (-before +after):\n%s", diff)
+	}
+	if got, err := h.s.FindRun(h.ctx, "t", "r2"); err != nil || got != k {
+		t.Fatalf("FindRun r2 = %v %v", got, err)
+	}
+	next, err := start(other, "o2", "f")
+	if err != nil || !next.Created || !next.ThreadFound || len(next.Thread.Messages) != 1 {
+		t.Fatalf("start after the refused one: %+v %v", next, err)
+	}
+	runs, err := h.s.ListRuns(h.ctx, other)
+	if err != nil || len(runs) != 2 || runs[0].ID != "o1" || runs[1].ID != "o2" {
+		t.Fatalf("runs of the other thread: %+v %v", runs, err)
+	}
+}
+
+// testRunningListed: a thread whose run is still running is listed once
+// the run saved its pending turn (a thread without a transcript is not).
+func testRunningListed(t *testing.T, h *harness) {
+	k := store.Key{Tenant: "t", Thread: "running"}
+	l := h.start(k, "r1")
+	page, err := h.s.ListThreads(h.ctx, store.ThreadQuery{Tenant: "t"})
+	if err != nil || len(page.Threads) != 0 {
+		t.Fatalf("listed before any transcript: %+v %v", page, err)
+	}
+	msgs, hashes := Msgs(0, 1)
+	h.clock.Advance(time.Second)
+	if err := h.s.SaveTranscript(h.ctx, l, store.Diff(nil, msgs, hashes)); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []store.ThreadQuery{{Tenant: "t"}, {}, {Since: h.clock.Now()}} {
+		page, err = h.s.ListThreads(h.ctx, q)
+		if err != nil || len(page.Threads) != 1 || page.Threads[0].Key != k || page.Threads[0].LastStatus != store.Running {
+			t.Fatalf("running thread, query %+v: %+v %v", q, page, err)
+		}
+	}
+	if tenants, err := h.s.ListTenants(h.ctx); err != nil || !slices.Equal(tenants, []string{"t"}) {
+		t.Fatalf("tenants %v %v", tenants, err)
+	}
+	// A finish without a transcript moves the thread to its time.
+	h.clock.Advance(time.Second)
+	h.finish(l, store.Finish{Status: store.Failed, Reason: "upstream"})
+	page, err = h.s.ListThreads(h.ctx, store.ThreadQuery{Since: h.clock.Now()})
+	if err != nil || len(page.Threads) != 1 || page.Threads[0].LastStatus != store.Failed || !page.Threads[0].UpdatedAt.Equal(h.clock.Now()) {
+		t.Fatalf("after a failed finish: %+v %v", page, err)
+	}
+	// A run that fails before any transcript does not list its thread
+	// nor its tenant.
+	l = h.start(store.Key{Tenant: "quiet", Thread: "q"}, "q1")
+	h.finish(l, store.Finish{Status: store.Failed})
+	if tenants, err := h.s.ListTenants(h.ctx); err != nil || !slices.Equal(tenants, []string{"t"}) {
+		t.Fatalf("tenants after a run without transcript: %v %v", tenants, err)
+	}
+}
+
+// testRefusedFinishStaysSweepable: a finish the store refuses leaves a
+// running run that the sweeper still fails once its lease is gone.
+func testRefusedFinishStaysSweepable(t *testing.T, h *harness) {
+	msgs, hashes := Msgs(0, 2)
+	k := store.Key{Tenant: "t", Thread: "refused"}
+	l := h.start(k, "r1")
+	bad := store.Transcript{Keep: 2, KeepHash: hashes[1], Messages: msgs, Hashes: hashes}
+	wantErr(t, "finish with a prefix past the end", h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed, Transcript: &bad}), store.ErrConflict)
+	k2 := store.Key{Tenant: "t", Thread: "released"}
+	l2 := h.start(k2, "r2")
+	if err := h.s.Release(h.ctx, l2); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "finish after release", h.s.Finish(h.ctx, l2, store.Finish{Status: store.Completed}), store.ErrFenced)
+	if lost, err := h.s.Sweep(h.ctx); err != nil || len(lost) != 1 || lost[0].RunID != "r2" {
+		t.Fatalf("sweep of the released run: %v %v", lost, err)
+	}
+	h.clock.Advance(ttl + time.Second)
+	if lost, err := h.s.Sweep(h.ctx); err != nil || len(lost) != 1 || lost[0].RunID != "r1" {
+		t.Fatalf("sweep of the refused run: %v %v", lost, err)
+	}
+	for _, ref := range []store.RunRef{{Key: k, RunID: "r1"}, {Key: k2, RunID: "r2"}} {
+		if r := h.run(ref.Key, ref.RunID); r.Status != store.Failed || r.Reason != store.ReasonProxyLost {
+			t.Fatalf("%s = %s %q", ref.RunID, r.Status, r.Reason)
+		}
+	}
 }
