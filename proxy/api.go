@@ -290,9 +290,18 @@ func (s *Server) apiEvents(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 	ctx.Response.ImmediateHeaderFlush = true
 	st := s.store
 	heartbeatEvery := s.cfg.Limits.Heartbeat.D()
+	// limits.write_timeout bounds each write, not the whole stream (the
+	// server sets one deadline for the response): every flush moves it.
+	conn, writeTimeout := ctx.Conn(), s.cfg.Limits.WriteTimeout.D()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		fctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
+		flush := func() error {
+			if conn != nil {
+				_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+			}
+			return w.Flush()
+		}
 		// Heartbeats find a follower that left while the run is silent.
 		// The heartbeat goroutine must be gone before this function
 		// returns: w belongs to fasthttp from then on.
@@ -316,7 +325,7 @@ func (s *Server) apiEvents(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 				}
 				_, err := w.Write(heartbeat)
 				if err == nil {
-					err = w.Flush()
+					err = flush()
 				}
 				<-mu
 				if err != nil {
@@ -346,7 +355,7 @@ func (s *Server) apiEvents(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 			if _, err := w.Write(e.Data); err != nil {
 				return err
 			}
-			return w.Flush()
+			return flush()
 		})
 	})
 }

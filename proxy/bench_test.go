@@ -3,7 +3,9 @@ package proxy
 import (
 	"bufio"
 	"net"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -78,5 +80,57 @@ connections:
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkPersisted measures a persisted non-stream turn in replace mode
+// with a 20-message history, on each store backend, against the bare
+// upstream: the cost of persistence on the request path.
+func BenchmarkPersisted(b *testing.B) {
+	up := benchUpstream(b)
+	var history strings.Builder
+	history.WriteString(`{"model":"gpt-4o","messages":[`)
+	for i := 0; i < 20; i++ {
+		if i > 0 {
+			history.WriteString(",")
+		}
+		if i%2 == 0 {
+			history.WriteString(`{"role":"user","content":"question number ` + strings.Repeat("x", 80) + `"}`)
+		} else {
+			history.WriteString(`{"role":"assistant","content":"answer number ` + strings.Repeat("y", 200) + `"}`)
+		}
+	}
+	history.WriteString(`]}`)
+	body := history.String()
+	for _, be := range backends {
+		b.Run(be.name, func(b *testing.B) {
+			p := startProxyWith(b, nil, `
+connections:
+  - {name: openai, provider: openai, base_url: "`+up+`"}
+`, be.open(b))
+			client := &fasthttp.Client{MaxConnsPerHost: 512}
+			var n atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req := fasthttp.AcquireRequest()
+				resp := fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				for pb.Next() {
+					req.SetRequestURI(p.URL + "/openai/v1/chat/completions")
+					req.Header.SetMethod("POST")
+					req.Header.Set("Authorization", "Bearer k")
+					req.Header.Set("X-Thread-Id", "bench-"+strconv.FormatInt(n.Add(1)%64, 10))
+					req.SetBodyString(body)
+					if err := client.Do(req, resp); err != nil {
+						b.Fatal(err)
+					}
+					if resp.StatusCode() != 200 && resp.StatusCode() != 409 {
+						b.Fatalf("status %d: %s", resp.StatusCode(), resp.Body())
+					}
+				}
+			})
+		})
 	}
 }

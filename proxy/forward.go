@@ -505,6 +505,7 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 		cancelled = ex.turn.cancelled
 	}
 	clientGone := false
+	firstWritten := false
 	write := func(b []byte) {
 		if clientGone {
 			return
@@ -563,6 +564,10 @@ loop:
 					ex.endTurn(outcome{status: o.status, turn: ex.asm.Result()})
 				}
 				if !drop {
+					if !firstWritten && ex.turn != nil {
+						firstWritten = true
+						ex.turn.awaitPending()
+					}
 					write(raw)
 				}
 				if clientGone && !ex.detach {

@@ -41,7 +41,9 @@ type turn struct {
 	parts        [][]byte     // the messages sent upstream, one slice each
 	hashes       []store.Hash
 	system       []byte
-	startSaved   bool // the pending input was written at the start
+	pendingSaved chan bool // the pending-turn write's outcome (streams only)
+	pendingOnce  sync.Once
+	pendingOK    bool
 
 	sessionID   *string
 	repairs     []byte // JSON arrays for the run record
@@ -63,6 +65,19 @@ type turn struct {
 	renewDone  chan struct{}
 	cancelled  chan struct{} // closed when the run was asked to stop
 	cancelOnce sync.Once
+}
+
+// awaitPending waits for the pending-turn write and reports whether it
+// landed. The relay calls it before the first byte goes to the client, so a
+// client that saw any of the answer has its input stored; the write ran
+// while the upstream worked on its first token, so the wait is usually nil.
+func (t *turn) awaitPending() bool {
+	t.pendingOnce.Do(func() {
+		if t.pendingSaved != nil {
+			t.pendingOK = <-t.pendingSaved
+		}
+	})
+	return t.pendingOK
 }
 
 // requestCancel asks the relay to stop the run; safe to call many times.
@@ -167,11 +182,22 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	}
 
 	// The pending turn, so a crash mid-stream still leaves the input
-	// behind. Best effort: a failure here does not stop the run.
-	if err := s.store.SaveTranscript(rctx, t.lease, t.transcriptFrom(t.storedHashes, t.parts, t.hashes)); err != nil {
-		s.log.Warn("saving the pending turn failed", "thread", t.key.Thread, "err", err)
-	} else {
-		t.startSaved = true
+	// behind. Best effort, and off the request path: the write runs while
+	// the upstream thinks, and finish waits for it. A non-stream turn skips
+	// it: its whole transcript is written before the client gets a byte,
+	// and a client whose request failed sends it again.
+	if ex.op.Stream {
+		t.pendingSaved = make(chan bool, 1)
+		tr := t.transcriptFrom(t.storedHashes, t.parts, t.hashes)
+		go func() {
+			sctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+			defer cancel()
+			err := s.store.SaveTranscript(sctx, t.lease, tr)
+			if err != nil {
+				s.log.Warn("saving the pending turn failed", "thread", t.key.Thread, "err", err)
+			}
+			t.pendingSaved <- err == nil
+		}()
 	}
 	t.startRenewing()
 	s.local.Store(localKey(t.key, t.runID), t)
@@ -276,9 +302,18 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	// Split into messages and hash them, and find the parked run whose
 	// calls this history answers.
 	var results map[string]bool
+	hasCalls := false
 	err = ad.WalkMessages(composed, func(m adapters.Message) bool {
 		t.parts = append(t.parts, m.Raw)
-		t.hashes = append(t.hashes, store.Hash(adapters.HashMessage(m.Raw)))
+		// A message sent exactly as stored keeps its stored hash: in
+		// replace mode most of the history is, and hashing is the costly
+		// part of the prefix comparison.
+		if i := len(t.hashes); i < len(thread.Messages) && bytes.Equal(m.Raw, thread.Messages[i]) {
+			t.hashes = append(t.hashes, thread.Hashes[i])
+		} else {
+			t.hashes = append(t.hashes, store.Hash(adapters.HashMessage(m.Raw)))
+		}
+		hasCalls = hasCalls || len(m.Calls) > 0
 		for _, r := range m.Results {
 			if results == nil {
 				results = map[string]bool{}
@@ -296,7 +331,9 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	if err != nil {
 		return nil, err
 	}
-	t.findParked(rctx, thread, results, rep.Interrupted)
+	if hasCalls {
+		t.findParked(rctx, results, rep.Interrupted)
+	}
 
 	if !bytes.Equal(composed, messages) {
 		if body, err = ad.SetMessages(body, composed); err != nil {
@@ -346,17 +383,9 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 // parked as interrupted and was never resumed. Its pending calls are
 // resolved when the history now carries their results and cancelled when
 // repair had to answer them (or the thread moved on without them). Only a
-// thread that ever made tool calls can have one, so other threads pay no
-// extra store round trip.
-func (t *turn) findParked(rctx context.Context, thread store.Thread, results map[string]bool, repaired []repair.Call) {
-	hasCalls := false
-	_ = t.ad.WalkMessages(joinArray(thread.Messages), func(m adapters.Message) bool {
-		hasCalls = len(m.Calls) > 0
-		return !hasCalls
-	})
-	if !hasCalls {
-		return
-	}
+// history that makes tool calls can have one (the caller checks), so other
+// threads pay no extra store round trip.
+func (t *turn) findParked(rctx context.Context, results map[string]bool, repaired []repair.Call) {
 	runs, err := t.st.ListRuns(rctx, t.key)
 	if err != nil {
 		return
@@ -473,6 +502,9 @@ type outcome struct {
 // reply, when the reply is whole) and the status, as one atomic step.
 func (t *turn) finish(o outcome) {
 	t.stopRenewing()
+	// Wait for the pending-turn write (long done by now), so it cannot land
+	// after the run's end, and so the transcript write knows what is stored.
+	pendingSaved := t.awaitPending()
 	defer t.s.local.Delete(localKey(t.key, t.runID))
 	if t.events != nil {
 		t.events.close()
@@ -521,7 +553,7 @@ func (t *turn) finish(o outcome) {
 			hashes = append(hashes, store.Hash(adapters.HashMessage(m)))
 		}
 		var tr store.Transcript
-		if t.startSaved {
+		if pendingSaved {
 			tr = t.transcriptFrom(t.hashes, parts, hashes)
 		} else {
 			tr = t.transcriptFrom(t.storedHashes, parts, hashes)

@@ -753,3 +753,55 @@ func rawFollow(addr, path, key string, firstEvent func()) ([]string, error) {
 		}
 	}
 }
+
+// TestResumeFollowOutlivesWriteTimeout: limits.write_timeout bounds one
+// write, not a whole stream: a follower of a run that stays open longer than
+// it keeps its connection (the heartbeats it counts are the clock: 40 of
+// them at 50ms is at least 1.95s, past the 1s write timeout) and then gets
+// the rest of the run.
+func TestResumeFollowOutlivesWriteTimeout(t *testing.T) {
+	m := startMock(t)
+	p := startProxyWith(t, m, resumeConfig+"limits: {heartbeat: 50ms, write_timeout: 1s}\n", openEmbedded(t, t.TempDir()))
+	c := resumeCases[0]
+	resp := send(t, "POST", p.URL+c.path, c.body, hdrs(c.auth, "X-Thread-Id", "t-long", "X-Mock-Gate", "long")...)
+	runID := resp.Header.Get("X-Run-Id")
+	client := bufio.NewReader(resp.Body)
+	readDataEvent(t, client)
+
+	fol := follow(t, p, c.auth, "t-long", runID, "after", 1)
+	r := bufio.NewReader(fol.Body)
+	for beats := 0; beats < 40; {
+		ev := readEvent(t, r)
+		if !isComment(ev) {
+			t.Fatalf("an event while the run is held: %q", ev)
+		}
+		beats++
+	}
+	m.Release("long")
+	var live []string
+	for {
+		line, err := client.ReadString('\n')
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, line)
+	}
+	resp.Body.Close()
+	var want []string
+	for _, b := range sseBlocks(t, []byte(strings.Join(live, ""))) {
+		if !isComment(b) {
+			want = append(want, b)
+		}
+	}
+	rest, err := io.ReadAll(r)
+	fol.Body.Close()
+	if err != nil {
+		t.Fatalf("the follower's stream broke: %v", err)
+	}
+	if got := replayed(t, rest, 1); strings.Join(got, "") != strings.Join(want, "") {
+		t.Fatalf("follower got %d events after the wait, the client %d", len(got), len(want))
+	}
+}
