@@ -23,6 +23,9 @@ const usage = `chronicle — a reverse proxy that adds persistence in front of L
 
 usage:
   chronicle serve [--config FILE]   run the proxy (FILE also from CHRONICLE_CONFIG)
+  chronicle threads ls|show|export|rm   read, export and delete stored threads
+  chronicle repair [--format openai|gemini|responses] < history.json
+                                    print a repaired history and its interrupted calls
   chronicle version                 print the version
 `
 
@@ -41,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "threads":
 		return threadsCmd(args[1:], stdout, stderr)
+	case "repair":
+		return repairCmd(args[1:], os.Stdin, stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "chronicle %s\n", proxy.Version)
 		return 0
