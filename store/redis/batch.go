@@ -21,7 +21,6 @@ type batch struct {
 	ctx     context.Context
 	pipe    redis.Pipeliner
 	scripts []queuedScript
-	resent  bool // a script went a second time (after the rest of the batch)
 }
 
 type queuedScript struct {
@@ -57,7 +56,6 @@ func (b *batch) exec(s *Store) error {
 		}
 	}
 	if len(again) > 0 {
-		b.resent = true
 		pipe := s.c.Pipeline()
 		evals := make([]*redis.Cmd, len(again))
 		for i, q := range again {

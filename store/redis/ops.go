@@ -268,8 +268,8 @@ func blob(b []byte) (string, string) {
 
 // Finish writes the transcript and ends the run in one script, sent in
 // one round trip with the audit index writes and the sweeper entry's
-// removal, then waits for the AOF fsync where supported (in the same
-// round trip on a single node once WAITAOF is known to work).
+// removal, then waits for the AOF fsync where supported (WAITAOF, one more
+// round trip; none on servers without it after the first).
 func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
 	if err := store.CheckFinish(&f); err != nil {
 		return err
@@ -330,14 +330,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	// node, so the sweeper entry goes only once the script ran.
 	s.queueIndex(ctx, b.pipe, l.Key, now, f.Transcript != nil)
 	b.pipe.ZRem(ctx, s.active(), member)
-	// WAITAOF rides along where the server is known to have it; on a
-	// cluster it must go to the thread's master, so it stays apart there.
-	var aof *redis.Cmd
-	if !s.cluster && s.waitAOF.Load() == 1 {
-		aof = b.pipe.Do(ctx, "WAITAOF", 1, 0, 1000)
-	}
-	err := b.exec(s)
-	if err != nil && !(aof != nil && errors.Is(err, aof.Err())) {
+	if err := b.exec(s); err != nil {
 		return mapErr(err)
 	}
 	r := result(cmd.Val())
@@ -361,12 +354,6 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 			return fmt.Errorf("thread %s: transcript prefix differs: %w", l.Key, store.ErrConflict)
 		}
 		return fmt.Errorf("finish returned %q: %w", res, store.ErrConflict)
-	}
-	if aof != nil && !b.resent {
-		if aof.Err() != nil {
-			s.waitAOF.Store(2) // appendonly turned off since
-		}
-		return nil
 	}
 	return s.waitFsync(ctx, key)
 }
