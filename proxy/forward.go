@@ -367,7 +367,20 @@ func (s *Server) writeUpstreamError(ctx *fasthttp.RequestCtx, shape adapters.Ada
 // generate stream it also reads the array's elements for the assembler.
 func (ex *exchange) relayChunks(w *bufio.Writer) {
 	defer ex.release()
-	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex}
+	cfg := ex.up.cfg
+	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
+	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex, dog: dog}
+	stopped, watcherDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case <-dog.Context().Done():
+			if dog.Fired() != "" {
+				_ = ex.resp.CloseBodyStream() // interrupts the read in flight
+			}
+		case <-stopped:
+		}
+	}()
 	var o outcome
 	o.status = ex.resp.StatusCode()
 	if ex.asm != nil {
@@ -388,6 +401,12 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 			o.errBody = tee.head
 		}
 	}
+	dog.Stop()
+	close(stopped)
+	<-watcherDone
+	if r := dog.Fired(); r != "" {
+		o.reason = string(r)
+	}
 	if tee.clientGone && !ex.detach {
 		o.aborted, o.reason = true, "client_disconnected"
 	}
@@ -403,11 +422,13 @@ type chunkTee struct {
 	ex         *exchange
 	clientGone bool
 	head       []byte // the first bytes, kept for an error body
+	dog        *limiter.Watchdog
 }
 
 func (c *chunkTee) Read(p []byte) (int, error) {
 	n, err := c.src.Read(p)
 	if n > 0 {
+		c.dog.Touch()
 		if len(c.head) < 64<<10 {
 			c.head = append(c.head, p[:n]...)
 		}
@@ -522,13 +543,12 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 
 	lastEvent := time.Now()
 	hbEvery := limits.Heartbeat.D()
-	idle := cfg.Timeouts.Idle.D()
 	hb := time.NewTimer(hbEvery)
 	defer hb.Stop()
-	idleTimer := time.NewTimer(idle)
-	defer idleTimer.Stop()
-	total := time.NewTimer(cfg.Timeouts.Total.D())
-	defer total.Stop()
+	// The stream's own clocks start now, with the gate slot held and the
+	// response head in (timeouts.first_byte bounded the wait for that).
+	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
+	defer dog.Stop()
 
 loop:
 	for {
@@ -536,6 +556,7 @@ loop:
 		case m := <-events:
 			if m.ev != nil {
 				lastEvent = time.Now()
+				dog.Touch()
 				if m.ev.Kind == sse.KindEvent {
 					ex.s.metrics.eventsTeed.Inc()
 				}
@@ -607,17 +628,14 @@ loop:
 				break loop
 			}
 			hb.Reset(hbEvery)
-		case <-idleTimer.C:
-			if wait := idle - time.Since(lastEvent); wait > 0 {
-				idleTimer.Reset(wait)
-				continue
+		case <-dog.Context().Done():
+			if dog.Fired() == limiter.IdleTimeout {
+				fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamIdleTimeout,
+					message: "The upstream sent nothing for longer than the connection's timeouts.idle."})
+			} else {
+				fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamTotalTimeout,
+					message: "The upstream stream ran longer than the connection's timeouts.total."})
 			}
-			fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamIdleTimeout,
-				message: "The upstream sent nothing for longer than the connection's timeouts.idle."})
-			break loop
-		case <-total.C:
-			fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamTotalTimeout,
-				message: "The upstream stream ran longer than the connection's timeouts.total."})
 			break loop
 		case <-cancelled:
 			abort()
