@@ -40,6 +40,8 @@ func (s *Store) committer() {
 				break drain
 			}
 		}
+		s.commits.Add(1)
+		s.grouped.Add(int64(len(group)))
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			for _, o := range group {
 				if err := o.fn(tx); err != nil {

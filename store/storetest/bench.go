@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/chronicle-proxy/chronicle/store"
@@ -10,8 +11,10 @@ import (
 
 // RunBenchmarks measures the proxy's hot-path calls on one backend: load a
 // 200-message thread, save a one-message suffix onto a 1,000-message
-// thread, start+finish a run that appends one message, and append a batch
-// of 16 events.
+// thread, start+finish a run that appends one message, a whole turn on a
+// 100-message thread (thread read with the start, or apart), start+finish
+// from 16 goroutines per CPU on their own threads, and append a batch of
+// 16 events.
 func RunBenchmarks(b *testing.B, newBackend Factory) {
 	ctx := context.Background()
 	seed := func(s store.Store, k store.Key, n int) store.Lease {
@@ -81,6 +84,71 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 			}
 			last, n = h, n+1
 		}
+	})
+	// A persisted turn on a 100-message thread as the proxy runs it: start
+	// with the thread, finish writing the reply (which replaces the last
+	// message, so the thread keeps its length).
+	turn := func(fused bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			s := newBackend(b, NewClock().Now)
+			defer s.Close()
+			k := store.Key{Tenant: "bench", Thread: "turn"}
+			l := seed(s, k, 100)
+			if err := s.Finish(ctx, l, store.Finish{Status: store.Completed}); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: fmt.Sprintf("r%d", i), TTL: ttl, LoadThread: fused})
+				if err != nil {
+					b.Fatal(err)
+				}
+				th := st.Thread
+				if !fused {
+					if th, err = s.LoadThread(ctx, k); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if len(th.Hashes) != 100 {
+					b.Fatalf("thread has %d messages", len(th.Hashes))
+				}
+				m, h := Msg(1000+i, "assistant")
+				tr := store.Transcript{Keep: 99, KeepHash: th.Hashes[98], Messages: [][]byte{m}, Hashes: []store.Hash{h}}
+				if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.Run("Turn100", turn(true))
+	b.Run("Turn100LoadApart", turn(false))
+	// Many turns at once, each on its own thread: how well concurrent
+	// writers share the backend (group commit on embedded).
+	b.Run("StartFinishParallel", func(b *testing.B) {
+		s := newBackend(b, NewClock().Now)
+		defer s.Close()
+		var next atomic.Int64
+		b.SetParallelism(16)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			g := next.Add(1)
+			k := store.Key{Tenant: "bench", Thread: fmt.Sprintf("par-%d", g)}
+			var stored []store.Hash
+			for i := 0; pb.Next(); i++ {
+				st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: fmt.Sprintf("r%d-%d", g, i), TTL: ttl, LoadThread: true})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				m, h := Msg(i, "user")
+				tr := store.Diff(stored, [][]byte{m}, []store.Hash{h})
+				if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+					b.Error(err)
+					return
+				}
+				stored = []store.Hash{h}
+			}
+		})
 	})
 	b.Run("AppendEvents16", func(b *testing.B) {
 		s := newBackend(b, NewClock().Now)
