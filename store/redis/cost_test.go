@@ -56,7 +56,7 @@ func TestSaveCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Warm the script cache (the first call of a script sends its body).
+	// Warm up: the first Finish probes WAITAOF.
 	warm, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: "warm"}, RunID: "w", TTL: 30e9})
 	if err != nil {
 		t.Fatal(err)
