@@ -141,7 +141,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 
 	started, err := s.store.StartRun(rctx, store.StartRun{
 		Key: t.key, RunID: t.runID, Owner: s.replicaID, TTL: s.cfg.Leases.TTL.D(),
-		Fingerprint: fingerprint(body), Model: t.model,
+		Fingerprint: fingerprint(body), Model: t.model, LoadThread: true,
 	})
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):
@@ -170,7 +170,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	}
 	t.lease = started.Lease
 
-	out, err = t.compose(rctx, ctx, ex, body, messages, empty)
+	out, err = t.compose(rctx, ctx, ex, started.Thread, body, messages, empty)
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {
@@ -233,12 +233,10 @@ func isEmptyArray(raw []byte) bool {
 // compose builds the history the upstream receives: load → restore →
 // repair, then the session id and usage options. It sets the response's
 // X-Repaired, X-Interrupted-Calls and X-Restored headers.
-func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, body, messages []byte, empty bool) ([]byte, error) {
+// thread is the stored thread, read with the lease (zero when new).
+func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread store.Thread, body, messages []byte, empty bool) ([]byte, error) {
 	ad := t.ad
-	thread, err := t.st.LoadThread(rctx, t.key)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, err
-	}
+	var err error
 	t.storedHashes = thread.Hashes
 	stored := joinArray(thread.Messages)
 	if ad.Format() == adapters.FormatOpenAIResponses && t.up.cfg.ExpandPreviousResponse && len(thread.Messages) > 0 {
