@@ -458,6 +458,9 @@ func responsesFinish(status, reason string, hasCalls bool) (FinishReason, string
 // returned array. The model does not select anything. Bytes outside the
 // edits are kept; incoming itself is returned when nothing changed.
 func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
+	if !bytes.Contains(stored, []byte(`"reasoning"`)) {
+		return incoming, nil, nil // no reasoning item stored: nothing to restore
+	}
 	in := gjson.Parse(str(incoming))
 	if !in.IsArray() {
 		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)

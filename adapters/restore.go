@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 
@@ -86,6 +87,9 @@ func elements(arr gjson.Result) []gjson.Result {
 // and extra_content.google.thought_signature on the message and on each
 // tool call (matched by id, else by position).
 func (a *OpenAIChat) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
+	if !bytes.Contains(stored, []byte(`"reasoning_content"`)) && !bytes.Contains(stored, []byte(`"thought_signature"`)) {
+		return incoming, nil, nil // nothing stored that could be restored: skip the walk
+	}
 	in := gjson.Parse(str(incoming))
 	if !in.IsArray() {
 		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
@@ -274,6 +278,9 @@ func argsEqual(a, b string) bool {
 // text parts and on thought parts (aligned by order when the counts agree).
 // The model does not select anything: Gemini wants signatures back always.
 func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
+	if !bytes.Contains(stored, []byte(`"thoughtSignature"`)) {
+		return incoming, nil, nil // no signature stored: nothing to restore
+	}
 	in := gjson.Parse(str(incoming))
 	if !in.IsArray() {
 		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
