@@ -288,74 +288,8 @@ func (s *Server) apiEvents(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 	// A follower of a silent run gets the head now, not with the first
 	// event or heartbeat.
 	ctx.Response.ImmediateHeaderFlush = true
-	st := s.store
-	heartbeatEvery := s.cfg.Limits.Heartbeat.D()
-	// limits.write_timeout bounds each write, not the whole stream (the
-	// server sets one deadline for the response): every flush moves it.
-	conn, writeTimeout := ctx.Conn(), s.cfg.Limits.WriteTimeout.D()
+	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		fctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		flush := func() error {
-			if conn != nil {
-				_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-			}
-			return w.Flush()
-		}
-		// Heartbeats find a follower that left while the run is silent.
-		// The heartbeat goroutine must be gone before this function
-		// returns: w belongs to fasthttp from then on.
-		stopBeat := make(chan struct{})
-		beatDone := make(chan struct{})
-		var mu = make(chan struct{}, 1)
-		go func() {
-			defer close(beatDone)
-			t := time.NewTicker(heartbeatEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopBeat:
-					return
-				case <-t.C:
-				}
-				select {
-				case mu <- struct{}{}:
-				case <-stopBeat:
-					return
-				}
-				_, err := w.Write(heartbeat)
-				if err == nil {
-					err = flush()
-				}
-				<-mu
-				if err != nil {
-					cancel()
-					return
-				}
-			}
-		}()
-		defer func() {
-			close(stopBeat)
-			<-beatDone
-		}()
-		idBuf := make([]byte, 0, 32)
-		_ = st.FollowEvents(fctx, k, runID, after, func(e store.Event) error {
-			idBuf = append(idBuf[:0], "id: "...)
-			idBuf = strconv.AppendInt(idBuf, e.Seq, 10)
-			if bytes.Contains(e.Data, []byte("\r\n")) {
-				idBuf = append(idBuf, '\r', '\n')
-			} else {
-				idBuf = append(idBuf, '\n')
-			}
-			mu <- struct{}{}
-			defer func() { <-mu }()
-			if _, err := w.Write(idBuf); err != nil {
-				return err
-			}
-			if _, err := w.Write(e.Data); err != nil {
-				return err
-			}
-			return flush()
-		})
+		s.streamEvents(w, conn, k, runID, after, true)
 	})
 }

@@ -371,6 +371,11 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
 	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex, dog: dog}
 	stopped, watcherDone := make(chan struct{}), make(chan struct{})
+	var cancelled <-chan struct{}
+	if ex.turn != nil {
+		cancelled = ex.turn.cancelled
+	}
+	wasCancelled := false
 	go func() {
 		defer close(watcherDone)
 		select {
@@ -378,6 +383,9 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 			if dog.Fired() != "" {
 				_ = ex.resp.CloseBodyStream() // interrupts the read in flight
 			}
+		case <-cancelled:
+			wasCancelled = true
+			_ = ex.resp.CloseBodyStream()
 		case <-stopped:
 		}
 	}()
@@ -406,6 +414,9 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	<-watcherDone
 	if r := dog.Fired(); r != "" {
 		o.reason = string(r)
+	}
+	if wasCancelled {
+		o.aborted, o.reason = true, "cancelled"
 	}
 	if tee.clientGone && !ex.detach {
 		o.aborted, o.reason = true, "client_disconnected"
@@ -535,9 +546,17 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 			clientGone = true
 		}
 	}
+	// own writes one of chronicle's own error events: to the client, and to
+	// the event log, so a replay shows what the client saw.
+	own := func(ev []byte) {
+		if ex.turn != nil && ex.turn.events != nil && !ex.turnDone {
+			ex.turn.events.add(ev)
+		}
+		write(ev)
+	}
 	fail := func(e apiError) {
 		abort()
-		write(ex.ad.StreamErrorEvent(e.status, e.code, e.message))
+		own(ex.ad.StreamErrorEvent(e.status, e.code, e.message))
 		o.reason = e.code
 	}
 
@@ -601,7 +620,7 @@ loop:
 				endReader()
 				if !errors.Is(m.err, io.EOF) {
 					ex.s.log.Warn("upstream stream failed", "connection", cfg.Name, "err", m.err)
-					write(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+					own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
 						"The upstream stream broke off before its end."))
 					o.reason = codeStreamTruncated
 				} else if ex.asm != nil && !ex.asm.Result().Terminal {
@@ -609,7 +628,7 @@ loop:
 					// marker: the answer is cut short, and the client
 					// must not take it for a whole one.
 					ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", cfg.Name)
-					write(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+					own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
 						"The upstream stream ended before its end marker; the answer is incomplete."))
 					o.reason = codeStreamTruncated
 				}
@@ -639,7 +658,7 @@ loop:
 			break loop
 		case <-cancelled:
 			abort()
-			write(ex.ad.StreamErrorEvent(499, "run_cancelled", "The run was cancelled."))
+			own(ex.ad.StreamErrorEvent(499, "run_cancelled", "The run was cancelled."))
 			o.aborted, o.reason = true, "cancelled"
 			break loop
 		}

@@ -795,17 +795,10 @@ func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	st := s.store
-	limit := ex.up.cfg.Timeouts.Total.D()
+	ctx.Response.ImmediateHeaderFlush = true
+	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		fctx, cancel := context.WithTimeout(context.Background(), limit)
-		defer cancel()
-		_ = st.FollowEvents(fctx, k, run.ID, 0, func(e store.Event) error {
-			if _, err := w.Write(e.Data); err != nil {
-				return err
-			}
-			return w.Flush()
-		})
+		s.streamEvents(w, conn, k, run.ID, 0, false)
 	})
 }
 

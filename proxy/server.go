@@ -69,6 +69,8 @@ type Server struct {
 	local sync.Map // localKey → *turn
 
 	metricsHandler fasthttp.RequestHandler
+	// feeds shares one store follower per run among local followers.
+	feeds *runFeeds
 	// sessionIDs caches the per-(connection, model) session ids.
 	sessionIDs sync.Map
 }
@@ -178,6 +180,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	if opts.Store != nil {
 		s.store = meteredStore{Store: opts.Store, m: s.metrics}
+		s.feeds = newRunFeeds(s.store)
 	}
 	if s.gates == nil {
 		s.gates = limiter.NewLocalGates()
