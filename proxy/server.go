@@ -217,6 +217,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
+		// Release a connection's read buffer (max_header_bytes) while it
+		// streams or idles: thousands of open streams would otherwise
+		// each hold one.
+		ReduceMemoryUsage: true,
 		// Upstream header names pass back as the provider spelled them.
 		DisableHeaderNamesNormalizing: false,
 		Logger:                        fasthttpLogger{log},
