@@ -14,6 +14,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters/sse"
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
 
@@ -180,7 +181,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 			o.errBody = body
 		}
 		o.retryAfter = limiter.ParseRetryAfter(string(ex.resp.Header.Peek("Retry-After")), time.Now())
-		ex.end(o)
+		if err := ex.end(o); err != nil {
+			// The answer still goes out (its tokens are spent), marked as
+			// not stored; the metric and the log say why.
+			ctx.Response.Header.Set("X-Persisted", "false")
+			ex.s.metrics.countUnpersisted()
+		}
 		ctx.SetBody(body)
 		ex.release()
 	}
@@ -239,18 +245,19 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 }
 
 // endTurn records the run's end, once.
-func (ex *exchange) endTurn(o outcome) {
+func (ex *exchange) endTurn(o outcome) error {
 	if ex.turn != nil && !ex.turnDone {
 		ex.turnDone = true
-		ex.turn.finish(o)
+		return ex.turn.finish(o)
 	}
+	return nil
 }
 
 // end closes the books on an exchange: the run's record (unless the relay
 // already wrote it at the provider's last event), the rate-limit settlement
 // with real usage, and the gate slot.
-func (ex *exchange) end(o outcome) {
-	ex.endTurn(o)
+func (ex *exchange) end(o outcome) error {
+	err := ex.endTurn(o)
 	m := ex.s.metrics
 	route := "passthrough"
 	if ex.op.Kind == adapters.OpGenerate {
@@ -268,6 +275,7 @@ func (ex *exchange) end(o outcome) {
 		usage = adapters.Usage{} // refunds the reservation
 	}
 	ex.adm.settle(usage, o.status, o.retryAfter)
+	return err
 }
 
 // buildRequest copies the client's request into the upstream request: method,
@@ -538,6 +546,9 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 	}
 	clientGone := false
 	firstWritten := false
+	detachNoted := false
+	snapshots := ex.turn != nil && ex.asm != nil && cfg.SnapshotStreaming
+	lastSnapshot := time.Now()
 	write := func(b []byte) {
 		if clientGone {
 			return
@@ -614,6 +625,16 @@ loop:
 					abort() // the client left: stop the upstream request
 					o.aborted, o.reason = true, "client_disconnected"
 					break loop
+				}
+				if clientGone && ex.turn != nil && !detachNoted {
+					detachNoted = true
+					now := time.Now()
+					ex.turn.offerPatch(func(p *store.RunPatch) { p.DetachedSince = now })
+				}
+				if snapshots && time.Since(lastSnapshot) >= cfg.SnapshotInterval.D() && !ex.turnDone {
+					lastSnapshot = time.Now()
+					text := []byte(adapters.MessageText(ex.ad.Format(), ex.asm.Result().Message))
+					ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
 				}
 			}
 			if m.err != nil {

@@ -65,6 +65,32 @@ type turn struct {
 	renewDone  chan struct{}
 	cancelled  chan struct{} // closed when the run was asked to stop
 	cancelOnce sync.Once
+
+	// patch carries a run patch (partial snapshot, detached_since) from the
+	// relay to the lease renewer, which writes it at once.
+	patchMu  sync.Mutex
+	patch    store.RunPatch
+	patchSig chan struct{}
+}
+
+// offerPatch hands the renewer a patch to write now; a newer one replaces
+// an older one not yet written. It never blocks the relay.
+func (t *turn) offerPatch(apply func(p *store.RunPatch)) {
+	t.patchMu.Lock()
+	apply(&t.patch)
+	t.patchMu.Unlock()
+	select {
+	case t.patchSig <- struct{}{}:
+	default:
+	}
+}
+
+func (t *turn) takePatch() store.RunPatch {
+	t.patchMu.Lock()
+	defer t.patchMu.Unlock()
+	p := t.patch
+	t.patch = store.RunPatch{}
+	return p
 }
 
 // awaitPending waits for the pending-turn write and reports whether it
@@ -123,7 +149,8 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
-		runID: string(runID), mode: mode, model: ex.op.Model, cancelled: make(chan struct{}), ownThread: ownThread}
+		runID: string(runID), mode: mode, model: ex.op.Model, cancelled: make(chan struct{}), ownThread: ownThread,
+		patchSig: make(chan struct{}, 1)}
 	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 	defer cancel()
 
@@ -449,9 +476,10 @@ func (t *turn) startRenewing() {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			case <-t.patchSig:
 			}
 			rctx, c := context.WithTimeout(ctx, t.s.storeTimeout)
-			ren, err := t.st.Renew(rctx, t.lease, store.RunPatch{})
+			ren, err := t.st.Renew(rctx, t.lease, t.takePatch())
 			c()
 			if err != nil {
 				if ctx.Err() == nil {
@@ -498,7 +526,7 @@ type outcome struct {
 
 // finish records the run's end: the transcript (what was sent plus the
 // reply, when the reply is whole) and the status, as one atomic step.
-func (t *turn) finish(o outcome) {
+func (t *turn) finish(o outcome) error {
 	t.stopRenewing()
 	// Wait for the pending-turn write (long done by now), so it cannot land
 	// after the run's end, and so the transcript write knows what is stored.
@@ -562,9 +590,10 @@ func (t *turn) finish(o outcome) {
 	defer cancel()
 	if err := t.st.Finish(rctx, t.lease, f); err != nil {
 		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
-		return
+		return err
 	}
 	t.s.metrics.runs(f.Status)
+	return nil
 }
 
 // replyMessages is the assembled reply as thread messages: one message, or

@@ -173,12 +173,25 @@ type Connection struct {
 	// upstreams that keep no state (store: false, or compatible servers).
 	ExpandPreviousResponse bool `yaml:"expand_previous_response"`
 	// MaxUpstreamConns caps open connections to the upstream; 0 = 65536.
-	MaxUpstreamConns int    `yaml:"max_upstream_conns"`
-	OnDisconnect     string `yaml:"on_disconnect"`  // abort | detach
-	OnStoreError     string `yaml:"on_store_error"` // fail | pass
-	Persist          *bool  `yaml:"persist"`        // default true
+	MaxUpstreamConns int `yaml:"max_upstream_conns"`
+	// SnapshotStreaming stores a streaming run's text so far on the run
+	// (its "partial"), at most every SnapshotInterval.
+	SnapshotStreaming bool     `yaml:"snapshot_streaming"`
+	SnapshotInterval  Duration `yaml:"snapshot_interval"`
+	// Audit widens what a run records.
+	Audit        Audit  `yaml:"audit"`
+	OnDisconnect string `yaml:"on_disconnect"`  // abort | detach
+	OnStoreError string `yaml:"on_store_error"` // fail | pass
+	Persist      *bool  `yaml:"persist"`        // default true
 
 	baseURL *url.URL
+}
+
+// Audit configures what a connection's run records keep.
+type Audit struct {
+	// UpstreamBody keeps the full request body sent upstream (after
+	// restoration, repair and injection) on each run.
+	UpstreamBody bool `yaml:"upstream_body"`
 }
 
 // Queue bounds the wait for a slot of a connection's FIFO gate.
@@ -356,6 +369,9 @@ func (c *Config) applyDefaults() {
 		if cn.Timeouts.Total == 0 {
 			cn.Timeouts.Total = Duration(10 * time.Minute)
 		}
+		if cn.SnapshotInterval == 0 {
+			cn.SnapshotInterval = Duration(2 * time.Second)
+		}
 		if cn.Queue.MaxWaiting == 0 {
 			cn.Queue.MaxWaiting = 256
 		}
@@ -530,6 +546,9 @@ func (c *Config) Validate() error {
 			if d <= 0 {
 				bad(key+".timeouts."+name, "must be positive")
 			}
+		}
+		if cn.SnapshotInterval < 100*Duration(time.Millisecond) {
+			bad(key+".snapshot_interval", "must be at least 100ms")
 		}
 		if cn.MaxUpstreamConns < 0 {
 			bad(key+".max_upstream_conns", "must not be negative (0 = 65536)")

@@ -1,0 +1,22 @@
+package adapters
+
+import "testing"
+
+func TestMessageText(t *testing.T) {
+	tests := []struct {
+		f    Format
+		msg  string
+		want string
+	}{
+		{FormatOpenAIChat, `{"role":"assistant","content":"Hello there"}`, "Hello there"},
+		{FormatOpenAIChat, `{"role":"assistant","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}`, "ab"},
+		{FormatOpenAIChat, `{"role":"assistant","content":null,"tool_calls":[]}`, ""},
+		{FormatGemini, `{"role":"model","parts":[{"text":"think","thought":true},{"text":"Hi"},{"text":" you"}]}`, "Hi you"},
+		{FormatOpenAIResponses, `[{"type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Yes."}]}]`, "Yes."},
+	}
+	for _, tt := range tests {
+		if got := MessageText(tt.f, []byte(tt.msg)); got != tt.want {
+			t.Errorf("MessageText(%s, %s) = %q, want %q", tt.f, tt.msg, got, tt.want)
+		}
+	}
+}
