@@ -13,6 +13,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -145,7 +146,13 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 			message: "X-Thread-Mode must be replace or append."})
 		return nil, nil, false
 	}
-	messages, _ := ad.Messages(body)
+	messages, ok := ad.Messages(body)
+	if !ok && !gjson.ValidBytes(body) {
+		// Refused before any run exists: nothing is stored for it.
+		writeError(ctx, ad, apiError{status: 400, code: "invalid_json",
+			message: "The request body is not valid JSON."})
+		return nil, nil, false
+	}
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},

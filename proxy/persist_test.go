@@ -379,3 +379,20 @@ func TestPersistOff(t *testing.T) {
 }
 
 var _ = json.Valid
+
+// TestInvalidJSONStoresNothing: a malformed body gets the provider's 400
+// shape, reaches no upstream and leaves no run behind.
+func TestInvalidJSONStoresNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		resp, body := do(t, "POST", p.URL+"/openai/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":`, "Authorization", "Bearer kj", "X-Thread-Id", "t-bad")
+		if resp.StatusCode != 400 || !strings.Contains(string(body), `"code":"invalid_json"`) {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		if n := len(m.Requests()); n != 0 {
+			t.Fatalf("%d upstream requests", n)
+		}
+		if r, _ := do(t, "GET", p.URL+"/api/threads/t-bad", "", "Authorization", "Bearer kj"); r.StatusCode != 404 {
+			t.Fatalf("a thread was stored for a malformed request (%d)", r.StatusCode)
+		}
+	})
+}
