@@ -232,6 +232,10 @@ type Run struct {
 	Fingerprint      string
 	Events           int64  // events appended so far
 	Response         []byte // stored non-stream body; only GetRun fills it
+	// UpstreamBody is the request body chronicle sent upstream, kept for
+	// audit when the connection asks for it (audit.upstream_body); nil when
+	// not kept. Only GetRun fills it.
+	UpstreamBody []byte
 }
 
 // Lease is a thread's one-run-at-a-time lease, held by a run. Token is a
@@ -301,6 +305,9 @@ type Finish struct {
 	Transcript *Transcript // nil: the transcript is left as it is
 	Partial    []byte
 	Response   []byte // non-stream body for idempotent replay
+	// UpstreamBody is the request body sent upstream, stored with the run
+	// for audit (audit.upstream_body); nil: not kept.
+	UpstreamBody []byte
 	// Set when non-nil.
 	InterruptedCalls []byte
 	Repairs          []byte
@@ -387,9 +394,10 @@ type Runs interface {
 	// Finish ends the run (see Finish). Applying the same Finish again
 	// succeeds without changing anything.
 	Finish(ctx context.Context, l Lease, f Finish) error
-	// GetRun returns one run with its stored response body.
+	// GetRun returns one run with its stored response and upstream bodies.
 	GetRun(ctx context.Context, k Key, runID string) (Run, error)
-	// ListRuns returns a thread's runs oldest first, without response bodies.
+	// ListRuns returns a thread's runs oldest first, without response or
+	// upstream bodies.
 	ListRuns(ctx context.Context, k Key) ([]Run, error)
 	// FindRun returns the thread a run id belongs to within a tenant.
 	FindRun(ctx context.Context, tenant, runID string) (Key, error)

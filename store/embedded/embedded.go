@@ -13,6 +13,7 @@
 //	    msgs/<u32 index>               16-byte hash + raw message
 //	    runs/<run>                     JSON runRec
 //	    resp/<run>                     stored non-stream response body
+//	    up/<run>                       upstream request body (audit.upstream_body)
 //	    intr/<call id>                 JSON interrupt
 //	    ev/<run>/<u64 seq>             event bytes
 //	idx/<tenant>\x00<^updated ms><thread>   per-tenant audit order
@@ -90,6 +91,7 @@ var (
 	bMsgs = []byte("msgs")
 	bRuns = []byte("runs")
 	bResp = []byte("resp")
+	bUp   = []byte("up")
 	bIntr = []byte("intr")
 	bEv   = []byte("ev")
 )
@@ -284,7 +286,7 @@ func createThreadBucket(tx *bolt.Tx, k store.Key) (*bolt.Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range [][]byte{bMsgs, bRuns, bResp, bIntr, bEv} {
+	for _, name := range [][]byte{bMsgs, bRuns, bResp, bUp, bIntr, bEv} {
 		if _, err := tb.CreateBucketIfNotExists(name); err != nil {
 			return nil, err
 		}

@@ -325,6 +325,16 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 				return err
 			}
 		}
+		if f.UpstreamBody != nil {
+			// A thread bucket made before up/ existed lacks it.
+			ub, err := tb.CreateBucketIfNotExists(bUp)
+			if err != nil {
+				return err
+			}
+			if err := ub.Put([]byte(l.RunID), f.UpstreamBody); err != nil {
+				return err
+			}
+		}
 		ib := tb.Bucket(bIntr)
 		for _, in := range f.Interrupts {
 			if err := putJSON(ib, []byte(in.CallID), intrRec{Name: in.Name, Status: store.Pending, Run: l.RunID}); err != nil {
@@ -408,7 +418,7 @@ func applyFinish(r *runRec, f *store.Finish, now int64) {
 	}
 }
 
-// GetRun returns one run with its response body.
+// GetRun returns one run with its response and upstream bodies.
 func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, error) {
 	if err := k.Validate(); err != nil {
 		return store.Run{}, err
@@ -429,6 +439,9 @@ func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, 
 			return err
 		}
 		run.Response = clone(tb.Bucket(bResp).Get([]byte(id)))
+		if ub := tb.Bucket(bUp); ub != nil {
+			run.UpstreamBody = clone(ub.Get([]byte(id)))
+		}
 		return nil
 	})
 	if err == nil && !found {

@@ -192,7 +192,9 @@ func TestRoundTrips(t *testing.T) {
 				step("AppendEvents", func() error { return s.AppendEvents(ctx, st.Lease, 1, msgs[:3]) })
 				step("Finish", func() error {
 					tr := store.Diff(hashes[:n-1], msgs[:n], hashes[:n])
-					return s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1}})
+					// The audited upstream body rides in the same script.
+					return s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1},
+						UpstreamBody: []byte(`{"messages":[]}`)})
 				})
 				stored = hashes[:n]
 				return got

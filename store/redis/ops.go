@@ -288,7 +288,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		args = append(args, "0", 0, 0, 0, 0)
 	}
 	args = append(args, f.Model)
-	for _, b := range [][]byte{f.Partial, f.Response, f.InterruptedCalls, f.Repairs, f.Restored} {
+	for _, b := range [][]byte{f.Partial, f.Response, f.UpstreamBody, f.InterruptedCalls, f.Repairs, f.Restored} {
 		bf, bv := blob(b)
 		args = append(args, bf, bv)
 	}
@@ -401,7 +401,7 @@ func parseRun(k store.Key, id string, h map[string]string) store.Run {
 		InterruptedCalls: bytesOf("ic"), Repairs: bytesOf("rep"), Restored: bytesOf("rst"), Partial: bytesOf("partial"),
 		Interrupts: []store.Interrupt{}, LeaseOwner: h["lown"], LeaseToken: i64("ltok"), LeaseExpires: fromMS(h["lexp"]),
 		DetachedSince: fromMS(h["det"]), CancelRequested: h["cancel"] == "1", ResumedBy: h["rby"], Fingerprint: h["fp"],
-		Events: i64("ev"), Response: bytesOf("resp")}
+		Events: i64("ev"), Response: bytesOf("resp"), UpstreamBody: bytesOf("up")}
 	if _, ok := h["ui"]; ok {
 		r.Usage = &store.Usage{InputTokens: i64("ui"), OutputTokens: i64("uo"), CachedTokens: i64("uc"), ReasoningTokens: i64("ur")}
 	}
@@ -427,7 +427,7 @@ func parseIntr(h map[string]string) map[string][]store.Interrupt {
 	return out
 }
 
-// GetRun returns one run with its response body.
+// GetRun returns one run with its response and upstream bodies.
 func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, error) {
 	if err := k.Validate(); err != nil {
 		return store.Run{}, err

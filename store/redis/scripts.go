@@ -92,7 +92,7 @@ if ex then
   local h = redis.call('HGETALL', rk)
   local r = {}
   for j = 1, #h, 2 do
-    if h[j] ~= 'resp' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
+    if h[j] ~= 'resp' and h[j] ~= 'up' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
   end
   return thread({'exists', r, redis.call('HGETALL', p .. 'intr')})
 end
@@ -195,6 +195,7 @@ local uf, ui, uo, uc, ur = nx(), nx(), nx(), nx(), nx()
 local model = nx()
 local pf, partial = nx(), nx()
 local respf, resp = nx(), nx()
+local upf, up = nx(), nx()
 local icf, ic = nx(), nx()
 local repf, rep = nx(), nx()
 local rstf, rst = nx(), nx()
@@ -247,6 +248,7 @@ if model ~= '' then
 end
 if pf == '1' then redis.call('HSET', rk, 'partial', partial) end
 if respf == '1' then redis.call('HSET', rk, 'resp', resp) end
+if upf == '1' then redis.call('HSET', rk, 'up', up) end
 if icf == '1' then redis.call('HSET', rk, 'ic', ic) end
 if repf == '1' then redis.call('HSET', rk, 'rep', rep) end
 if rstf == '1' then redis.call('HSET', rk, 'rst', rst) end
@@ -320,7 +322,8 @@ if st == 'running' then redis.call('HSET', rk, 'cancel', '1') end
 return 1
 `)
 
-// listRunsScript returns {intr…, {id, fields…}…} without response bodies.
+// listRunsScript returns {intr…, {id, fields…}…} without response or
+// upstream bodies.
 var listRunsScript = redis.NewScript(prelude + `
 if redis.call('EXISTS', meta) == 0 then return false end
 local out = {redis.call('HGETALL', p .. 'intr')}
@@ -328,7 +331,7 @@ for _, id in ipairs(redis.call('ZRANGE', p .. 'runs', 0, -1)) do
   local h = redis.call('HGETALL', p .. 'run:' .. id)
   local r = {id}
   for j = 1, #h, 2 do
-    if h[j] ~= 'resp' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
+    if h[j] ~= 'resp' and h[j] ~= 'up' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
   end
   out[#out + 1] = r
 end

@@ -65,6 +65,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"TranscriptSuffixAndOverwrite", testSuffixOverwrite},
 		{"Transitions", testTransitions},
 		{"StartRunIdempotent", testStartIdempotent},
+		{"UpstreamBody", testUpstreamBody},
 		{"StartRunLoadsThread", testStartLoad},
 		{"RunningThreadListed", testRunningListed},
 		{"RefusedFinishStaysSweepable", testRefusedFinishStaysSweepable},
@@ -427,6 +428,47 @@ func testStartIdempotent(t *testing.T, h *harness) {
 	}
 	if runs[0].Response != nil {
 		t.Fatalf("ListRuns carries response bodies")
+	}
+}
+
+// testUpstreamBody checks the audit copy of the upstream request body: kept
+// byte-for-byte when a Finish carries it, read by GetRun only, nil when not
+// kept, and unchanged by a repeated Finish.
+func testUpstreamBody(t *testing.T, h *harness) {
+	k := store.Key{Tenant: "t", Thread: "audit"}
+	body := []byte("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"h\u00e9\"}],\"x\":\"\x00\x1f\xff\"}\n")
+	msgs, hashes := Msgs(0, 2)
+	l := h.start(k, "kept")
+	tr := store.Diff(nil, msgs, hashes)
+	f := store.Finish{Status: store.Completed, Transcript: &tr, Response: []byte(`{"id":"r"}`), UpstreamBody: body}
+	for range 2 { // the same Finish twice changes nothing
+		h.finish(l, f)
+		if got := h.run(k, "kept"); string(got.UpstreamBody) != string(body) || string(got.Response) != `{"id":"r"}` {
+			t.Fatalf("GetRun upstream body %q response %q; want %q", got.UpstreamBody, got.Response, body)
+		}
+	}
+	if th := h.load(k); th.Version != 1 {
+		t.Fatalf("finish twice: version %d, want 1", th.Version)
+	}
+
+	l = h.start(k, "plain")
+	h.finish(l, store.Finish{Status: store.Completed})
+	if got := h.run(k, "plain"); got.UpstreamBody != nil {
+		t.Fatalf("run finished without an upstream body has %q", got.UpstreamBody)
+	}
+
+	runs, err := h.s.ListRuns(h.ctx, k)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("ListRuns = %d %v", len(runs), err)
+	}
+	for _, r := range runs {
+		if r.UpstreamBody != nil || r.Response != nil {
+			t.Fatalf("ListRuns run %s carries bodies: upstream %q response %q", r.ID, r.UpstreamBody, r.Response)
+		}
+	}
+	again, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: "kept", Owner: "replica-a", TTL: ttl, Fingerprint: "fp-kept", Model: "gpt-x"})
+	if err != nil || again.Created || again.Run.UpstreamBody != nil {
+		t.Fatalf("retried start: created %v upstream %q err %v", again.Created, again.Run.UpstreamBody, err)
 	}
 }
 
@@ -845,7 +887,8 @@ func testDelete(t *testing.T, h *harness) {
 			t.Fatal(err)
 		}
 		tr := store.Diff(nil, msgs, hashes)
-		h.finish(l, store.Finish{Status: store.Interrupted, Transcript: &tr, Interrupts: []store.Interrupt{{CallID: "c1", Name: "f"}}, Response: []byte("{}")})
+		h.finish(l, store.Finish{Status: store.Interrupted, Transcript: &tr, Interrupts: []store.Interrupt{{CallID: "c1", Name: "f"}},
+			Response: []byte("{}"), UpstreamBody: []byte(`{"messages":[]}`)})
 		l = h.start(k, k.Thread+"-q")
 		h.finish(l, store.Finish{Status: store.Completed, Resumes: k.Thread + "-p", Resolve: []string{"c1"}})
 		h.start(k, k.Thread+"-live") // a running run with a lease
