@@ -68,9 +68,30 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx, rest []byte) {
 		s.adminDelete(ctx, a, store.Key{Tenant: parts[1], Thread: parts[2]})
 	case len(parts) == 4 && parts[0] == "threads" && parts[3] == "export" && method == "GET":
 		s.adminExportThread(ctx, a, store.Key{Tenant: parts[1], Thread: parts[2]})
+	case len(parts) == 5 && parts[0] == "threads" && parts[3] == "runs" && method == "GET":
+		s.adminRun(ctx, store.Key{Tenant: parts[1], Thread: parts[2]}, parts[4])
 	default:
 		writeError(ctx, openAIAdapter, apiError{status: 404, code: "not_found", message: "No such admin route."})
 	}
+}
+
+// adminRun answers one run with what only a single-run read carries: the
+// stored non-stream answer ("response") and, where the connection keeps it
+// (audit.upstream_body), the body sent upstream ("upstream_body").
+func (s *Server) adminRun(ctx *fasthttp.RequestCtx, k store.Key, runID string) {
+	rctx, cancel := s.adminCtx(1)
+	defer cancel()
+	run, err := s.store.GetRun(rctx, k, runID)
+	if err != nil {
+		s.storeError(ctx, err, "run")
+		return
+	}
+	doc := struct {
+		runJSON
+		Response     json.RawMessage `json:"response"`
+		UpstreamBody json.RawMessage `json:"upstream_body"`
+	}{runJSON: toRunJSON(run), Response: rawOr(run.Response, "null"), UpstreamBody: rawOr(run.UpstreamBody, "null")}
+	writeJSON(ctx, 200, doc)
 }
 
 // adminAuthorized checks the admin bearer token in constant time (both

@@ -60,6 +60,8 @@ type turn struct {
 	// the session id is the connection's per-model one, so a client that
 	// never names threads still keeps its provider cache warm.
 	ownThread bool
+	// upstreamBody is kept on the run when the connection audits it.
+	upstreamBody []byte
 
 	events     *eventLog
 	stopRenew  context.CancelFunc
@@ -205,6 +207,11 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	t.lease = started.Lease
 
 	out, err = t.compose(rctx, ctx, ex, started.Thread, body, messages, empty)
+	if err == nil && ex.up.cfg.Audit.UpstreamBody {
+		// A copy: out may alias the request buffer. Credentials travel in
+		// headers, never in this body.
+		t.upstreamBody = append([]byte(nil), out...)
+	}
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {
@@ -552,6 +559,7 @@ func (t *turn) finish(o outcome) error {
 		Resolve:          t.resolve,
 		Cancel:           t.cancel,
 		Resumes:          t.resumes,
+		UpstreamBody:     t.upstreamBody,
 	}
 	if u := o.turn.Usage; u.Present {
 		f.Usage = &store.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}

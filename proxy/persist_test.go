@@ -396,3 +396,37 @@ func TestInvalidJSONStoresNothing(t *testing.T) {
 		}
 	})
 }
+
+// TestAuditUpstreamBody: with audit.upstream_body the run keeps the exact
+// body the provider received (after repair and session id), readable by
+// an auditor; without it, nothing.
+func TestAuditUpstreamBody(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			m := startMock(t)
+			p := startProxyWith(t, m, `
+admin: {token: admin-secret}
+connections:
+  - {name: audited, provider: openai, base_url: "${MOCK}", audit: {upstream_body: true}}
+  - {name: plain, provider: openai, base_url: "${MOCK}"}
+`, b.open(t))
+			broken := `{"model":"gpt-4o","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"y"}]}`
+			for _, conn := range []string{"audited", "plain"} {
+				resp, body := do(t, "POST", p.URL+"/"+conn+"/v1/chat/completions", broken, "Authorization", "Bearer ka", "X-Thread-Id", "t-audit-"+conn)
+				if resp.StatusCode != 200 {
+					t.Fatalf("%s: %d %s", conn, resp.StatusCode, body)
+				}
+				runID := resp.Header.Get("X-Run-Id")
+				_, doc := do(t, "GET", p.URL+"/admin/threads/"+passThroughTenant([]byte("ka"))+"/t-audit-"+conn+"/runs/"+runID, "", "Authorization", "Bearer admin-secret")
+				got := gjson.GetBytes(doc, "upstream_body")
+				sent := m.Requests()[len(m.Requests())-1].Body
+				if conn == "audited" && (got.Raw != string(sent) || !strings.Contains(got.Raw, "interrupted before it returned")) {
+					t.Fatalf("upstream_body %s\nsent %s", got.Raw, sent)
+				}
+				if conn == "plain" && got.Type != gjson.Null {
+					t.Fatalf("upstream body kept without audit.upstream_body: %s", got.Raw)
+				}
+			}
+		})
+	}
+}
