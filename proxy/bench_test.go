@@ -84,13 +84,19 @@ connections:
 }
 
 // BenchmarkPersisted measures a persisted non-stream turn in replace mode
-// with a 20-message history, on each store backend, against the bare
+// with a 20- and a 200-message history, on each store backend, against the bare
 // upstream: the cost of persistence on the request path.
 func BenchmarkPersisted(b *testing.B) {
+	for _, n := range []int{20, 200} {
+		b.Run("msgs="+strconv.Itoa(n), func(b *testing.B) { benchPersisted(b, n) })
+	}
+}
+
+func benchPersisted(b *testing.B, n int) {
 	up := benchUpstream(b)
 	var history strings.Builder
 	history.WriteString(`{"model":"gpt-4o","messages":[`)
-	for i := 0; i < 20; i++ {
+	for i := 0; i < n; i++ {
 		if i > 0 {
 			history.WriteString(",")
 		}
