@@ -482,6 +482,9 @@ var heartbeat = []byte(": keep-alive\n\n")
 type upstreamEvent struct {
 	ev  *sse.Event
 	err error
+	// more: the next event is already buffered, so the relay may hold
+	// its flush for it (a burst goes out in one write; nothing waits).
+	more bool
 }
 
 // relaySSE forwards an event stream to the client event by event. A reader
@@ -506,7 +509,7 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 		for {
 			ev, err := reader.Next()
 			select {
-			case events <- upstreamEvent{ev, err}:
+			case events <- upstreamEvent{ev, err, err == nil && reader.Buffered()}:
 			case <-stop:
 				return
 			}
@@ -554,6 +557,20 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 			return
 		}
 		if _, err := w.Write(b); err != nil || ex.flush(w) != nil {
+			clientGone = true
+		}
+	}
+	// writeBurst writes an event and flushes unless the next one is
+	// already here.
+	writeBurst := func(b []byte, more bool) {
+		if clientGone {
+			return
+		}
+		if _, err := w.Write(b); err != nil {
+			clientGone = true
+			return
+		}
+		if !more && ex.flush(w) != nil {
 			clientGone = true
 		}
 	}
@@ -619,7 +636,7 @@ loop:
 						firstWritten = true
 						ex.turn.awaitPending()
 					}
-					write(raw)
+					writeBurst(raw, m.more && m.err == nil)
 				}
 				if clientGone && !ex.detach {
 					abort() // the client left: stop the upstream request

@@ -720,6 +720,7 @@ type eventLog struct {
 	ends    []int
 	next    int64 // seq of the first event in buf
 	wake    chan struct{}
+	full    chan struct{} // a batch is full, or the log is closing: stop waiting
 	done    chan struct{}
 	closing bool
 	failed  bool
@@ -727,7 +728,7 @@ type eventLog struct {
 }
 
 func newEventLog(t *turn) *eventLog {
-	l := &eventLog{t: t, next: 1, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l := &eventLog{t: t, next: 1, wake: make(chan struct{}, 1), full: make(chan struct{}, 1), done: make(chan struct{})}
 	go l.run()
 	return l
 }
@@ -740,12 +741,28 @@ func (l *eventLog) add(raw []byte) {
 	}
 	l.buf = append(l.buf, raw...)
 	l.ends = append(l.ends, len(l.buf))
+	full := len(l.ends) >= eventBatchMax
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
+	if full {
+		select {
+		case l.full <- struct{}{}:
+		default:
+		}
+	}
 }
+
+// Event log batching: a batch is written eventBatchWindow after its first
+// event, or as soon as it holds eventBatchMax events, or when the run ends.
+// A fast stream then costs a store write per window, not per event; a
+// follower on another replica sees events at most a window late.
+const (
+	eventBatchWindow = 10 * time.Millisecond
+	eventBatchMax    = 128
+)
 
 // close writes what is queued and stops the writer.
 func (l *eventLog) close() {
@@ -756,6 +773,10 @@ func (l *eventLog) close() {
 	case l.wake <- struct{}{}:
 	default:
 	}
+	select {
+	case l.full <- struct{}{}:
+	default:
+	}
 	<-l.done
 }
 
@@ -764,6 +785,21 @@ func (l *eventLog) run() {
 	var batch [][]byte
 	var data []byte
 	for range l.wake {
+		// Let the batch form.
+		l.mu.Lock()
+		wait := eventBatchWindow - time.Since(l.firstAt)
+		if l.closing || len(l.ends) >= eventBatchMax || len(l.ends) == 0 {
+			wait = 0
+		}
+		l.mu.Unlock()
+		if wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-l.full:
+			}
+			timer.Stop()
+		}
 		for {
 			l.mu.Lock()
 			if len(l.ends) == 0 {

@@ -290,3 +290,20 @@ func (r *Reader) fill() error {
 	r.err = io.ErrNoProgress
 	return nil
 }
+
+// Buffered reports whether a whole next block is already buffered, so that
+// Next would return it without reading. A relay uses it to send a burst of
+// events with one flush, without holding any event back.
+func (r *Reader) Buffered() bool {
+	pos := r.start
+	for {
+		lineEnd, next, ok := r.findLine(pos)
+		if !ok {
+			return false
+		}
+		if lineEnd == pos {
+			return true
+		}
+		pos = next
+	}
+}

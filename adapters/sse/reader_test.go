@@ -273,3 +273,16 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func TestBuffered(t *testing.T) {
+	r := NewReader(strings.NewReader("data: a\n\ndata: b\n\ndata: c"), 0)
+	want := []bool{true, false}
+	for i, w := range want {
+		if _, err := r.Next(); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Buffered(); got != w {
+			t.Fatalf("after event %d Buffered() = %v, want %v", i+1, got, w)
+		}
+	}
+}
