@@ -568,7 +568,10 @@ func (t *turn) finish(o outcome) error {
 	case o.aborted:
 		f.Status, f.Reason = store.Aborted, o.reason
 	case o.status >= 300:
-		f.Status, f.Reason, f.Error = store.Failed, "upstream_error", o.errBody
+		f.Status, f.Reason, f.Error = store.Failed, o.reason, o.errBody
+		if f.Reason == "" {
+			f.Reason = "upstream_error"
+		}
 	case o.reason != "":
 		f.Status, f.Reason, f.Error = store.Failed, o.reason, o.turn.Error
 	case !o.turn.Terminal:
