@@ -142,7 +142,11 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	}
 	if err := ex.roundTrip(ctx, rest, cred, body); err != nil {
 		ex.release()
-		ex.end(outcome{reason: "upstream_unreachable", status: 502})
+		o := outcome{reason: "upstream_unreachable", status: 502}
+		if isTimeout(err) {
+			o.reason, o.status = string(limiter.FirstByteTimeout), 504
+		}
+		ex.end(o)
 		s.writeUpstreamError(ctx, shape, err)
 		return
 	}
@@ -356,11 +360,16 @@ func (ex *exchange) release() {
 	}
 }
 
+// isTimeout reports whether an upstream round trip ran out of time.
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &netErr) && netErr.Timeout())
+}
+
 // writeUpstreamError maps a failed upstream round trip to a status: a
 // timeout before the response head is 504, anything else 502.
 func (s *Server) writeUpstreamError(ctx *fasthttp.RequestCtx, shape adapters.Adapter, err error) {
-	var netErr net.Error
-	if errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &netErr) && netErr.Timeout()) {
+	if isTimeout(err) {
 		writeError(ctx, shape, apiError{status: fasthttp.StatusGatewayTimeout, code: codeUpstreamTimeout,
 			message: "The upstream did not answer within the connection's timeouts.first_byte."})
 		return

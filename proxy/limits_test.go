@@ -248,7 +248,7 @@ connections:
 				t.Fatalf("%d %s", resp.StatusCode, body)
 			}
 			run := apiThread(t, p, "k", thread).Get("runs.0")
-			if run.Get("status").String() != "failed" {
+			if run.Get("status").String() != "failed" || !strings.Contains(run.Get("reason").String(), "timeout") {
 				t.Fatalf("run %s", run.Raw)
 			}
 		})
