@@ -129,15 +129,17 @@ func TestGateFIFOAndQueue(t *testing.T) {
 	m := startMock(t)
 	p := startProxy(t, m, `
 connections:
-  - {name: a, provider: openai, base_url: "${MOCK}", max_concurrent: 2, queue: {max_waiting: 3, timeout: 30s}}
+  - {name: a, provider: openai, base_url: "${MOCK}", max_concurrent: 1, queue: {max_waiting: 3, timeout: 30s}}
   - {name: b, provider: openai, base_url: "${MOCK}", max_concurrent: 1, queue: {max_waiting: 5, timeout: 300ms}}
   - {name: other, provider: openai, base_url: "${MOCK}"}
 `)
 	gate := p.conns["a"].gate
 	url := p.URL + "/a/v1/chat/completions"
-	// Two holders.
+	// One holder: with one slot, each waiter reaches the upstream only
+	// after the one before it finished, so the upstream's order is the
+	// admission order.
 	var held []*bufio.Reader
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 1; i++ {
 		resp := send(t, "POST", url, streamBody, "Authorization", "Bearer k", "X-Mock-Gate", "hold")
 		defer resp.Body.Close()
 		r := bufio.NewReader(resp.Body)
@@ -166,8 +168,8 @@ connections:
 	if resp.StatusCode != 429 || !strings.Contains(string(body), "queue_full") || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("queue full: %d %s", resp.StatusCode, body)
 	}
-	if got := m.MaxInFlight(); got > 2 {
-		t.Fatalf("upstream saw %d in flight, cap 2", got)
+	if got := m.MaxInFlight(); got > 1 {
+		t.Fatalf("upstream saw %d in flight, cap 1", got)
 	}
 	// A long request on this connection does not hold up another one.
 	if resp, _ := do(t, "POST", p.URL+"/other/v1/chat/completions", chatBody, "Authorization", "Bearer k"); resp.StatusCode != 200 {
