@@ -109,12 +109,7 @@ func (s *Server) streamEvents(w *bufio.Writer, conn net.Conn, k store.Key, runID
 	feed := s.feeds.subscribe(k, runID)
 	defer s.feeds.unsubscribe(feed)
 	writeTimeout := s.cfg.Limits.WriteTimeout.D()
-	flush := func() error {
-		if conn != nil {
-			_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-		}
-		return w.Flush()
-	}
+	flush := func() error { return flushWithin(w, conn, writeTimeout) }
 	beat := time.NewTimer(s.cfg.Limits.Heartbeat.D())
 	defer beat.Stop()
 	idBuf := make([]byte, 0, 32)

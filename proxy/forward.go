@@ -472,12 +472,17 @@ func (c *chunkTee) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// flush sends what is buffered to the client. Each flush gets its own write
-// deadline: a client that stops reading is cut off, a stream that keeps
-// flowing never is.
+// flush sends what is buffered to the client (see flushWithin).
 func (ex *exchange) flush(w *bufio.Writer) error {
-	if c := ex.clientConn; c != nil {
-		_ = c.SetWriteDeadline(time.Now().Add(ex.s.cfg.Limits.WriteTimeout.D()))
+	return flushWithin(w, ex.clientConn, ex.s.cfg.Limits.WriteTimeout.D())
+}
+
+// flushWithin flushes a stream's buffered bytes with a write deadline of
+// its own: a client that stops reading is cut off, a stream that keeps
+// flowing never is (the server's write timeout would cut it as a whole).
+func flushWithin(w *bufio.Writer, conn net.Conn, timeout time.Duration) error {
+	if conn != nil {
+		_ = conn.SetWriteDeadline(time.Now().Add(timeout))
 	}
 	return w.Flush()
 }
