@@ -13,6 +13,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -262,6 +264,24 @@ type StartRun struct {
 	// LoadThread asks for the thread in the same step (one round trip,
 	// read atomically with the lease): Started.Thread and ThreadFound.
 	LoadThread bool
+	// KnownDigest, with LoadThread, is the Digest of the transcript the
+	// caller already holds. When the stored transcript has that digest the
+	// messages and hashes are not sent back: Started.Thread carries the
+	// meta only and Started.Unchanged is true. "" always loads them.
+	KnownDigest string
+}
+
+// Digest names a transcript by its message hashes: equal digests mean
+// equal hash sequences (SHA-1 over the concatenated hashes, which Redis
+// scripts can compute too), so a caller holding the messages of one can
+// skip reading them again.
+func Digest(hashes []Hash) string {
+	h := sha1.New()
+	for i := range hashes {
+		h.Write(hashes[i][:])
+	}
+	var sum [sha1.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
 }
 
 // Started is StartRun's result. When Created is false the run already existed
@@ -279,6 +299,9 @@ type Started struct {
 	Created     bool
 	Thread      Thread
 	ThreadFound bool
+	// Unchanged: the stored transcript has StartRun.KnownDigest, and
+	// Thread.Messages and Thread.Hashes were left out.
+	Unchanged bool
 }
 
 // RunPatch updates a running run while its lease is renewed. Nil/zero fields

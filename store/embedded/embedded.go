@@ -28,7 +28,9 @@ package embedded
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -321,20 +323,50 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	return th, nil
 }
 
-// readThread reads the thread's meta and messages inside tx (read or
-// write); found is false for a thread without a saved transcript.
-func readThread(tx *bolt.Tx, k store.Key) (th store.Thread, found bool, err error) {
+// readThreadMeta reads the thread's meta inside tx, without its messages.
+func readThreadMeta(tx *bolt.Tx, k store.Key) (th store.Thread, found bool, err error) {
+	th, _, found, err = threadMetaOf(tx, k)
+	return th, found, err
+}
+
+func threadMetaOf(tx *bolt.Tx, k store.Key) (store.Thread, int, bool, error) {
 	tb := threadBucket(tx, k)
 	if tb == nil {
-		return store.Thread{}, false, nil
+		return store.Thread{}, 0, false, nil
 	}
 	m, err := loadMeta(tb)
 	if err != nil || m.Created == 0 {
+		return store.Thread{}, 0, false, err
+	}
+	return store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
+		System: clone(m.System), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated)}, m.Msgs, true, nil
+}
+
+// transcriptDigest is store.Digest of the thread's stored hashes, read in
+// place without copying a message.
+func transcriptDigest(tx *bolt.Tx, k store.Key) string {
+	h := sha1.New()
+	if tb := threadBucket(tx, k); tb != nil {
+		if mb := tb.Bucket(bMsgs); mb != nil {
+			mb.ForEach(func(_, v []byte) error {
+				h.Write(v[:len(store.Hash{})])
+				return nil
+			})
+		}
+	}
+	var sum [sha1.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+// readThread reads the thread's meta and messages inside tx (read or
+// write); found is false for a thread without a saved transcript.
+func readThread(tx *bolt.Tx, k store.Key) (th store.Thread, found bool, err error) {
+	th, n, found, err := threadMetaOf(tx, k)
+	if err != nil || !found {
 		return store.Thread{}, false, err
 	}
-	th = store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
-		System: clone(m.System), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated),
-		Messages: make([][]byte, 0, m.Msgs), Hashes: make([]store.Hash, 0, m.Msgs)}
+	tb := threadBucket(tx, k)
+	th.Messages, th.Hashes = make([][]byte, 0, n), make([]store.Hash, 0, n)
 	err = tb.Bucket(bMsgs).ForEach(func(_, v []byte) error {
 		var h store.Hash
 		copy(h[:], v)

@@ -178,6 +178,15 @@ func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started) e
 		return nil
 	}
 	var err error
+	if sr.KnownDigest != "" {
+		if res.Thread, res.ThreadFound, err = readThreadMeta(tx, sr.Key); err != nil || !res.ThreadFound {
+			return err
+		}
+		if transcriptDigest(tx, sr.Key) == sr.KnownDigest {
+			res.Unchanged = true
+			return nil
+		}
+	}
 	res.Thread, res.ThreadFound, err = readThread(tx, sr.Key)
 	return err
 }

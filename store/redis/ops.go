@@ -96,16 +96,22 @@ func threadFrom(k store.Key, m map[string]string, msgs []string, hb string) (sto
 }
 
 // scriptThread parses the thread a start script appended at r[at:].
-func scriptThread(k store.Key, r []any, at int) (store.Thread, bool, error) {
-	if len(r) < at+3 {
-		return store.Thread{}, false, fmt.Errorf("thread %s: start script returned %d values: %w", k, len(r), store.ErrConflict)
+// unchanged reports that the transcript matched the known digest and was
+// left out.
+func scriptThread(k store.Key, r []any, at int) (th store.Thread, found, unchanged bool, err error) {
+	if len(r) < at+4 {
+		return store.Thread{}, false, false, fmt.Errorf("thread %s: start script returned %d values: %w", k, len(r), store.ErrConflict)
 	}
 	raw := result(r[at+1])
 	msgs := make([]string, len(raw))
 	for i, m := range raw {
 		msgs[i] = str(m)
 	}
-	return threadFrom(k, pairs(result(r[at])), msgs, str(r[at+2]))
+	th, found, err = threadFrom(k, pairs(result(r[at])), msgs, str(r[at+2]))
+	if unchanged = found && err == nil && str(r[at+3]) == "same"; unchanged {
+		th.Messages, th.Hashes = nil, nil
+	}
+	return th, found, unchanged, err
 }
 
 func transcriptArgs(t *store.Transcript) []any {
@@ -171,7 +177,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 	// NX: a retried start leaves the score of a run that exists alone.
 	b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: member})
 	startCmd := b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
-		s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread))
+		s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread), sr.KnownDigest)
 	if err := b.exec(s); err != nil {
 		return store.Started{}, mapErr(err)
 	}
@@ -224,7 +230,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 	}
 	if sr.LoadThread {
 		var err error
-		if res.Thread, res.ThreadFound, err = scriptThread(k, r, at); err != nil {
+		if res.Thread, res.ThreadFound, res.Unchanged, err = scriptThread(k, r, at); err != nil {
 			return store.Started{}, err
 		}
 	}

@@ -70,18 +70,29 @@ local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
 end
 `
 
-// startScript: ARGV run, owner, exp, now, fp, model, retention, load.
+// startScript: ARGV run, owner, exp, now, fp, model, retention, load,
+// known digest.
 // Returns {'conflict'} | {'exists', runfields, intr, [thread]} |
 // {'held', run, tok, exp, owner} | {'ok', tok, lostrun, prevlast, [thread]}
-// where thread (when load is '1') is meta fields, messages, hash blob, read
-// in the same step as the lease.
+// where thread (when load is '1') is meta fields, messages, hash blob and
+// 'same' or ”, read in the same step as the lease; when the hash blob's
+// SHA-1 is the known digest, messages and blob are left out ({}, ”) and
+// the last value is 'same'.
 var startScript = redis.NewScript(prelude + `
 local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
 local function thread(out)
   if ARGV[8] == '1' then
     out[#out + 1] = redis.call('HGETALL', meta)
-    out[#out + 1] = redis.call('LRANGE', p .. 'msgs', 0, -1)
-    out[#out + 1] = redis.call('GET', p .. 'hashes') or ''
+    local hb = redis.call('GET', p .. 'hashes') or ''
+    if ARGV[9] ~= '' and redis.sha1hex(hb) == ARGV[9] then
+      out[#out + 1] = {}
+      out[#out + 1] = ''
+      out[#out + 1] = 'same'
+    else
+      out[#out + 1] = redis.call('LRANGE', p .. 'msgs', 0, -1)
+      out[#out + 1] = hb
+      out[#out + 1] = ''
+    end
   end
   return out
 end

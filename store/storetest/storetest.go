@@ -1116,6 +1116,28 @@ func testStartLoad(t *testing.T, h *harness) {
 		t.Fatalf("r1 = %+v", r)
 	}
 
+	// KnownDigest: a caller holding the stored transcript gets the meta
+	// without the messages; a stale digest gets the whole thread.
+	known := func(run, digest string) store.Started {
+		t.Helper()
+		st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: ttl, Fingerprint: "f" + run[1:], Model: "m",
+			LoadThread: true, KnownDigest: digest})
+		if err != nil || !st.ThreadFound {
+			t.Fatalf("start %s with a known digest: %+v %v", run, st, err)
+		}
+		return st
+	}
+	same := known("r2", store.Digest(want.Hashes))
+	meta := want
+	meta.Messages, meta.Hashes = nil, nil
+	if diff := cmp.Diff(meta, same.Thread); diff != "" || !same.Unchanged {
+		t.Fatalf("unchanged transcript: Unchanged=%v (-meta +StartRun):\n%s", same.Unchanged, diff)
+	}
+	stale := known("r2", store.Digest(want.Hashes[:len(want.Hashes)-1]))
+	if diff := cmp.Diff(want, stale.Thread); diff != "" || stale.Unchanged {
+		t.Fatalf("stale digest: Unchanged=%v (-LoadThread +StartRun):\n%s", stale.Unchanged, diff)
+	}
+
 	// A run id of another thread is refused and leaves that thread as it
 	// was: no run, no lease, same summary.
 	other := store.Key{Tenant: "t", Thread: "other"}
