@@ -75,34 +75,23 @@ func (m *oaMsg) empty() bool {
 // without allocating for histories with at most 256 calls in total and 16
 // in one turn.
 func oaValid(arr gjson.Result) bool {
-	var set idSet
-	var p pending
-	ok, inBlock := true, false
+	var c oaCheck
+	ok := true
 	arr.ForEach(func(_, v gjson.Result) bool {
 		m := parseOA(v)
 		if m.role == "tool" {
-			ok = inBlock && p.answer(strValue(m.toolCallID), "", true)
+			ok = c.result(strValue(m.toolCallID))
 			return ok
 		}
-		if inBlock {
-			if p.open > 0 {
-				ok = false
-				return false
-			}
-			inBlock = false
-			p.reset()
+		if ok = c.next(); !ok {
+			return false
 		}
 		if m.hasCalls() {
-			gjson.Parse(m.toolCalls).ForEach(func(_, c gjson.Result) bool {
-				id := strValue(c.Get("id").Raw)
-				if set.add(id) {
-					ok = false
-					return false
-				}
-				p.add(id, "", true)
-				return true
+			gjson.Parse(m.toolCalls).ForEach(func(_, call gjson.Result) bool {
+				ok = c.call(strValue(call.Get("id").Raw))
+				return ok
 			})
-			inBlock = true
+			c.inBlock = true
 			return ok
 		}
 		if m.empty() {
@@ -110,7 +99,7 @@ func oaValid(arr gjson.Result) bool {
 		}
 		return ok
 	})
-	return ok && p.open == 0
+	return ok && c.done()
 }
 
 // OpenAIChat repairs an OpenAI chat `messages` array (also DeepSeek and

@@ -1,0 +1,86 @@
+package repair
+
+import (
+	"math/rand"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// checkSkims asserts that the skim check agrees with the scan OpenAIChat
+// runs, on the whole history and on every prefix of it (a stored thread
+// is checked again as a prefix of the next request).
+func checkSkims(t *testing.T, history []byte) {
+	t.Helper()
+	arr := gjson.ParseBytes(history)
+	if !gjson.ValidBytes(history) || !arr.IsArray() {
+		return
+	}
+	var skims []Skim
+	var prefix []byte
+	check := func() {
+		t.Helper()
+		p := append(append([]byte{'['}, prefix...), ']')
+		if got, want := ValidOpenAIChatSkims(skims), oaValid(gjson.ParseBytes(p)); got != want {
+			t.Fatalf("skims say valid=%v, the scan says %v, for %s", got, want, p)
+		}
+	}
+	check()
+	arr.ForEach(func(_, m gjson.Result) bool {
+		skims = append(skims, SkimOpenAIChat([]byte(m.Raw)))
+		if len(prefix) > 0 {
+			prefix = append(prefix, ',')
+		}
+		prefix = append(prefix, m.Raw...)
+		check()
+		return true
+	})
+}
+
+func TestSkimsAgreeWithScan(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "openai", "*.json"))
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSkims(t, []byte(gjson.GetBytes(b, "input").Raw))
+	}
+	r := rand.New(rand.NewSource(2))
+	for range 3000 {
+		prog := make([]byte, r.Intn(32))
+		r.Read(prog)
+		checkSkims(t, genOpenAI(prog))
+	}
+	for _, h := range []string{
+		`[{"role":"assistant","content":"","tool_calls":[]}]`,
+		`[{"role":"assistant","tool_calls":[{"id":"a"},{"id":"a"}]},{"role":"tool","tool_call_id":"a"},{"role":"tool","tool_call_id":"a"}]`,
+		`[{"role":"tool","tool_call_id":"x"}]`,
+		`["text",{"role":"assistant","content":null,"refusal":"no"}]`,
+		`[{"role":"assistant","tool_calls":[{"id":"a\u0062"}]},{"role":"tool","tool_call_id":"ab"}]`,
+	} {
+		checkSkims(t, []byte(h))
+	}
+}
+
+func FuzzSkims(f *testing.F) {
+	seedCorpus(f, "openai")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !gjson.ValidBytes(data) {
+			data = genOpenAI(data[:min(len(data), 96)])
+		}
+		checkSkims(t, data)
+	})
+}
+
+// A skim does not alias the message it was made from.
+func TestSkimOwnsItsIDs(t *testing.T) {
+	msg := []byte(`{"role":"assistant","tool_calls":[{"id":"call_1"}]}`)
+	s := SkimOpenAIChat(msg)
+	copy(msg, make([]byte, len(msg)))
+	if !s.HasCalls() || s.ids[0] != "call_1" {
+		t.Fatalf("skim after the message was overwritten: %+v", s)
+	}
+}
