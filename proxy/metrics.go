@@ -85,6 +85,22 @@ func newServerMetrics() *serverMetrics {
 }
 
 // registerGates exposes each connection's gate (slots in use, queue depth).
+func (m *serverMetrics) registerThreadCache(c *threadCache) {
+	if c == nil {
+		return
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "chronicle_thread_cache_hits_total",
+		Help: "Run starts whose thread transcript this replica already held (not read from the store)."}, func() float64 { return float64(c.hits.Load()) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "chronicle_thread_cache_misses_total",
+		Help: "Run starts on a stored thread whose transcript was read from the store."}, func() float64 { return float64(c.misses.Load()) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chronicle_thread_cache_bytes",
+		Help: "Approximate memory held by kept thread transcripts."}, func() float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return float64(c.size)
+	}))
+}
+
 func (m *serverMetrics) registerGates(s *Server) {
 	for name, up := range s.conns {
 		gate := up.gate

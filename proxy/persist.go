@@ -41,6 +41,7 @@ type turn struct {
 	storedHashes []store.Hash // the thread as loaded, for the transcript diff
 	parts        [][]byte     // the messages sent upstream, one slice each
 	hashes       []store.Hash
+	infos        []msgInfo // what compose read of each part, for the thread cache
 	system       []byte
 	pendingSaved chan bool // the pending-turn write's outcome (streams only)
 	pendingOnce  sync.Once
@@ -175,9 +176,14 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		}
 	}
 
+	kept := s.threads.get(t.key, ad.Format())
+	var known string
+	if kept != nil {
+		known = kept.digest
+	}
 	started, err := s.store.StartRun(rctx, store.StartRun{
 		Key: t.key, RunID: t.runID, Owner: s.replicaID, TTL: s.cfg.Leases.TTL.D(),
-		Fingerprint: fingerprint(body), Model: t.model, LoadThread: true,
+		Fingerprint: fingerprint(body), Model: t.model, LoadThread: true, KnownDigest: known,
 	})
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):
@@ -205,8 +211,18 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		return nil, nil, false
 	}
 	t.lease = started.Lease
+	if started.ThreadFound {
+		s.threads.counted(started.Unchanged && kept != nil)
+	}
+	switch {
+	case started.Unchanged && kept != nil:
+	case started.ThreadFound:
+		kept = threadFromStore(ad, started.Thread)
+	default:
+		kept = nil
+	}
 
-	out, err = t.compose(rctx, ctx, ex, started.Thread, body, messages, empty)
+	out, err = t.compose(rctx, ctx, ex, started.Thread, kept, body, messages, empty)
 	if err == nil && ex.up.cfg.Audit.UpstreamBody {
 		// A copy: out may alias the request buffer. Credentials travel in
 		// headers, never in this body.
@@ -274,12 +290,21 @@ func isEmptyArray(raw []byte) bool {
 // compose builds the history the upstream receives: load → restore →
 // repair, then the session id and usage options. It sets the response's
 // X-Repaired, X-Interrupted-Calls and X-Restored headers.
-// thread is the stored thread, read with the lease (zero when new).
-func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread store.Thread, body, messages []byte, empty bool) ([]byte, error) {
+// thread is the stored thread, read with the lease (zero when new); kept
+// is its transcript as the thread cache holds it (nil when there is none
+// or it could not be built). With kept, the messages a request repeats
+// byte for byte are not parsed again: compose reads their hashes, tool
+// calls and results off the cache and parses only the rest.
+func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread store.Thread, kept *cachedThread, body, messages []byte, empty bool) ([]byte, error) {
 	ad := t.ad
 	var err error
+	var stored []byte
+	if kept != nil {
+		thread.Messages, thread.Hashes, stored = kept.msgs, kept.hashes, kept.joined
+	} else {
+		stored = joinArray(thread.Messages)
+	}
 	t.storedHashes = thread.Hashes
-	stored := joinArray(thread.Messages)
 	if ad.Format() == adapters.FormatOpenAIResponses && t.up.cfg.ExpandPreviousResponse && len(thread.Messages) > 0 {
 		// A stateless upstream cannot resolve previous_response_id: send
 		// the thread's items instead, and the new input after them.
@@ -314,35 +339,89 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	}
 	t.system = sys
 
-	// Restore fields the client dropped, from the stored thread.
+	// The leading messages the request repeats byte for byte from the
+	// kept transcript (none without one).
+	known, tailAt := 0, 0
+	prefix := func() {
+		if kept != nil {
+			if known, tailAt = knownPrefix(composed, kept.msgs); tailAt == 0 {
+				kept = nil // not an array: the full path reports it
+			}
+		}
+	}
+	prefix()
+	allKnown := kept != nil && tailAt < len(composed) && composed[tailAt] == ']'
+
+	// Restore fields the client dropped, from the stored thread. A
+	// history repeated byte for byte has dropped nothing.
 	var restoredList []adapters.Restored
-	if len(thread.Messages) > 0 && !empty {
+	if len(thread.Messages) > 0 && !empty && !allKnown {
 		if composed, restoredList, err = ad.Restore(composed, stored, t.model); err != nil {
 			return nil, err
 		}
+		if len(restoredList) > 0 {
+			prefix()
+		}
 	}
 
-	// Repair.
-	var rep repair.Result
-	opts := repair.Options{ReadOnlyTools: t.up.cfg.ReadOnlyTools}
-	switch ad.Format() {
-	case adapters.FormatGemini:
-		rep, err = repair.Gemini(composed, opts)
-	case adapters.FormatOpenAIResponses:
-		rep, err = repair.Responses(composed, opts)
-	default:
-		rep, err = repair.OpenAIChat(composed, opts)
+	// Repair, unless the kept skims show there is nothing to repair.
+	var tail []byte
+	if kept != nil {
+		tail = append(append(make([]byte, 0, len(composed)-tailAt+1), '['), composed[tailAt:]...)
 	}
-	if err != nil {
-		return nil, &apiError{status: 400, code: codeBadRequest, message: "The messages array is not a JSON array."}
+	rep := repair.Result{Messages: composed}
+	if !t.validBySkims(kept, known, tail) {
+		opts := repair.Options{ReadOnlyTools: t.up.cfg.ReadOnlyTools}
+		switch ad.Format() {
+		case adapters.FormatGemini:
+			rep, err = repair.Gemini(composed, opts)
+		case adapters.FormatOpenAIResponses:
+			rep, err = repair.Responses(composed, opts)
+		default:
+			rep, err = repair.OpenAIChat(composed, opts)
+		}
+		if err != nil {
+			return nil, &apiError{status: 400, code: codeBadRequest, message: "The messages array is not a JSON array."}
+		}
+		if rep.Changed {
+			composed = rep.Messages
+			prefix()
+			if kept != nil {
+				tail = append(append(tail[:0], '['), composed[tailAt:]...)
+			}
+		}
 	}
-	composed = rep.Messages
 
 	// Split into messages and hash them, and find the parked run whose
-	// calls this history answers.
-	var results map[string]bool
+	// calls this history answers. Known messages come off the cache.
 	hasCalls := false
-	err = ad.WalkMessages(composed, func(m adapters.Message) bool {
+	var results map[string]bool
+	note := func(raw []byte, in msgInfo) {
+		t.infos = append(t.infos, in)
+		hasCalls = hasCalls || in.calls
+		for _, id := range in.results {
+			if results == nil {
+				results = map[string]bool{}
+			}
+			results[id] = true
+			if in.synthetic {
+				if t.syntheticResults == nil {
+					t.syntheticResults = map[string]bool{}
+				}
+				t.syntheticResults[id] = true
+			}
+		}
+	}
+	walked := composed
+	if kept != nil {
+		t.parts = append(t.parts, kept.msgs[:known]...)
+		t.hashes = append(t.hashes, kept.hashes[:known]...)
+		for i := 0; i < known; i++ {
+			note(kept.msgs[i], kept.info[i])
+		}
+		walked = tail
+	}
+	err = ad.WalkMessages(walked, func(m adapters.Message) bool {
 		t.parts = append(t.parts, m.Raw)
 		// A message sent exactly as stored keeps its stored hash: in
 		// replace mode most of the history is, and hashing is the costly
@@ -352,19 +431,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		} else {
 			t.hashes = append(t.hashes, store.Hash(adapters.HashMessage(m.Raw)))
 		}
-		hasCalls = hasCalls || len(m.Calls) > 0
-		for _, r := range m.Results {
-			if results == nil {
-				results = map[string]bool{}
-			}
-			results[r.CallID] = true
-			if repair.IsSynthetic(m.Raw) {
-				if t.syntheticResults == nil {
-					t.syntheticResults = map[string]bool{}
-				}
-				t.syntheticResults[r.CallID] = true
-			}
-		}
+		note(m.Raw, infoOf(t.ad, m))
 		return true
 	})
 	if err != nil {
@@ -416,6 +483,27 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		ctx.Response.Header.Set("X-Restored", strings.Join(fields, ","))
 	}
 	return up.Body, nil
+}
+
+// validBySkims reports whether the kept skims of the first known messages
+// and the skims of the tail (a JSON array of the rest) show a history that
+// repair would leave as it is. Only OpenAI chat keeps skims; other formats
+// always run repair.
+func (t *turn) validBySkims(kept *cachedThread, known int, tail []byte) bool {
+	if kept == nil || t.ad.Format() != adapters.FormatOpenAIChat {
+		return false
+	}
+	skims := make([]repair.Skim, 0, known+4)
+	for i := 0; i < known; i++ {
+		skims = append(skims, kept.info[i].skim)
+	}
+	if err := t.ad.WalkMessages(tail, func(m adapters.Message) bool {
+		skims = append(skims, repair.SkimOpenAIChat(m.Raw))
+		return true
+	}); err != nil {
+		return false
+	}
+	return repair.ValidOpenAIChatSkims(skims)
 }
 
 // findParked looks for the run this request resumes: the newest run that
@@ -561,6 +649,9 @@ func (t *turn) finish(o outcome) error {
 		Resumes:          t.resumes,
 		UpstreamBody:     t.upstreamBody,
 	}
+	var written [][]byte // the transcript the finish writes, for the thread cache
+	var writtenHashes []store.Hash
+	var infos []msgInfo
 	if u := o.turn.Usage; u.Present {
 		f.Usage = &store.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
 	}
@@ -592,10 +683,17 @@ func (t *turn) finish(o outcome) error {
 		}
 		parts := t.parts[:len(t.parts):len(t.parts)]
 		hashes := t.hashes[:len(t.hashes):len(t.hashes)]
-		for _, m := range t.replyMessages(o.turn.Message) {
+		infos = t.infos[:len(t.infos):len(t.infos)]
+		replies := t.replyMessages(o.turn.Message)
+		for _, m := range replies {
 			parts = append(parts, m)
 			hashes = append(hashes, store.Hash(adapters.HashMessage(m)))
 		}
+		_ = t.ad.WalkMessages(joinArray(replies), func(m adapters.Message) bool {
+			infos = append(infos, infoOf(t.ad, m))
+			return true
+		})
+		written, writtenHashes = parts, hashes
 		var tr store.Transcript
 		if pendingSaved {
 			tr = t.transcriptFrom(t.hashes, parts, hashes)
@@ -607,8 +705,14 @@ func (t *turn) finish(o outcome) error {
 	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
 	defer cancel()
 	if err := t.st.Finish(rctx, t.lease, f); err != nil {
+		t.s.threads.drop(t.key)
 		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
 		return err
+	}
+	if written != nil && len(infos) == len(written) {
+		t.s.threads.put(newCachedThread(t.key, t.ad.Format(), written, writtenHashes, infos))
+	} else {
+		t.s.threads.drop(t.key)
 	}
 	t.s.metrics.runs(f.Status)
 	return nil

@@ -52,6 +52,9 @@ type Server struct {
 	log       *slog.Logger
 	store     store.Store
 	replicaID string
+	// threads keeps the transcripts this replica last read or wrote (nil:
+	// off).
+	threads *threadCache
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
 	metrics      *serverMetrics
@@ -181,6 +184,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.Store != nil {
 		s.store = meteredStore{Store: opts.Store, m: s.metrics}
 		s.feeds = newRunFeeds(s.store)
+		if n := cfg.Store.ThreadCacheBytes; n != nil {
+			s.threads = newThreadCache(*n)
+		}
 	}
 	if s.gates == nil {
 		s.gates = limiter.NewLocalGates()
@@ -202,6 +208,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.conns[c.Name] = up
 	}
 	s.metrics.registerGates(s)
+	s.metrics.registerThreadCache(s.threads)
 	s.metricsHandler = s.metrics.handler()
 	l := cfg.Limits
 	s.srv = &fasthttp.Server{

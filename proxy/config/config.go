@@ -100,6 +100,10 @@ type Store struct {
 	Path           string   `yaml:"path"`            // embedded: directory holding the database file
 	URL            Secret   `yaml:"url"`             // redis: URL (may carry a password, hence Secret)
 	EventRetention Duration `yaml:"event_retention"` // how long a finished run's event log is kept
+	// ThreadCacheBytes bounds the transcripts a replica keeps in memory so
+	// that a turn on a thread it last wrote reads and parses only what is
+	// new. nil: 64 MiB; 0 turns the cache off.
+	ThreadCacheBytes *int64 `yaml:"thread_cache_bytes"`
 }
 
 // Admin configures the operator-facing endpoints.
@@ -321,6 +325,10 @@ func (c *Config) applyDefaults() {
 	if c.Store.EventRetention == 0 {
 		c.Store.EventRetention = Duration(24 * time.Hour)
 	}
+	if c.Store.ThreadCacheBytes == nil {
+		n := int64(64 << 20)
+		c.Store.ThreadCacheBytes = &n
+	}
 	l := &c.Limits
 	if l.MaxBodyBytes == 0 {
 		l.MaxBodyBytes = 8 << 20
@@ -427,6 +435,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.EventRetention < 0 {
 		bad("store.event_retention", "must not be negative")
+	}
+	if n := c.Store.ThreadCacheBytes; n != nil && *n < 0 {
+		bad("store.thread_cache_bytes", "must not be negative (0 turns the cache off)")
 	}
 	l := c.Limits
 	positive := func(key string, v int) {
