@@ -118,6 +118,11 @@ connections:
 			var n atomic.Int64
 			b.ReportAllocs()
 			b.ResetTimer()
+			defer func() {
+				if p.threads != nil {
+					b.ReportMetric(float64(p.threads.misses.Load())/float64(b.N), "misses/op")
+				}
+			}()
 			b.RunParallel(func(pb *testing.PB) {
 				req := fasthttp.AcquireRequest()
 				resp := fasthttp.AcquireResponse()
