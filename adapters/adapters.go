@@ -208,8 +208,12 @@ type Adapter interface {
 	// the connection segment), query the raw query string.
 	Classify(method, path, query string, body []byte) Op
 	// Messages returns the raw messages/contents array (a slice of body)
-	// and whether the body has one.
+	// and whether the body has one (a valid JSON array).
 	Messages(body []byte) ([]byte, bool)
+	// MessagesKnown is Messages for a caller that holds the thread's
+	// stored messages: the leading elements that repeat known byte for
+	// byte are not validated again (see KnownPrefix).
+	MessagesKnown(body []byte, known [][]byte) ([]byte, bool)
 	// SetMessages returns body with its messages/contents array replaced.
 	SetMessages(body, messages []byte) ([]byte, error)
 	// System returns Gemini's raw systemInstruction, nil elsewhere.

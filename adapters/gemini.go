@@ -59,12 +59,11 @@ func (g *Gemini) Classify(method, path, query string, body []byte) Op {
 }
 
 // Messages implements Adapter: the contents array.
-func (g *Gemini) Messages(body []byte) ([]byte, bool) {
-	r := get(body, "contents")
-	if !r.IsArray() || !gjson.Valid(r.Raw) {
-		return nil, false
-	}
-	return rawSlice(body, r), true
+func (g *Gemini) Messages(body []byte) ([]byte, bool) { return g.MessagesKnown(body, nil) }
+
+// MessagesKnown implements Adapter.
+func (g *Gemini) MessagesKnown(body []byte, known [][]byte) ([]byte, bool) {
+	return arrayAt(body, "contents", known)
 }
 
 // SetMessages implements Adapter.

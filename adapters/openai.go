@@ -122,12 +122,11 @@ func (a *OpenAIChat) Classify(method, path, query string, body []byte) Op {
 }
 
 // Messages implements Adapter.
-func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) {
-	r := get(body, "messages")
-	if !r.IsArray() || !gjson.Valid(r.Raw) {
-		return nil, false
-	}
-	return rawSlice(body, r), true
+func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) { return a.MessagesKnown(body, nil) }
+
+// MessagesKnown implements Adapter.
+func (a *OpenAIChat) MessagesKnown(body []byte, known [][]byte) ([]byte, bool) {
+	return arrayAt(body, "messages", known)
 }
 
 // SetMessages implements Adapter.
@@ -215,7 +214,9 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, sessionID string, stream bool)
 	up := Upstream{Body: body}
 	var err error
 	if a.d.SessionField != "" && sessionID != "" {
-		if cur := get(body, a.d.SessionField); cur.Exists() && cur.String() != "" {
+		if out, ok := insertAbsentKey(up.Body, a.d.SessionField, plainJSONString(sessionID)); ok {
+			up.Body, up.SessionID = out, sessionID
+		} else if cur := get(body, a.d.SessionField); cur.Exists() && cur.String() != "" {
 			up.SessionID = cur.String()
 		} else {
 			if up.Body, err = sjson.SetBytes(up.Body, a.d.SessionField, sessionID); err != nil {
@@ -230,6 +231,12 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, sessionID string, stream bool)
 		}
 		if up.SessionID == "" && len(up.Headers) > 0 {
 			up.SessionID = sessionID
+		}
+	}
+	if stream && a.d.InjectUsage {
+		if out, ok := insertAbsentKey(up.Body, "stream_options", []byte(`{"include_usage":true}`)); ok {
+			up.Body, up.AddedUsage = out, true
+			return up, nil
 		}
 	}
 	if stream && a.d.InjectUsage && !get(body, "stream_options.include_usage").Bool() {

@@ -84,7 +84,10 @@ func (a *Responses) Classify(method, path, query string, body []byte) Op {
 // Messages implements Adapter: the input items array (a slice of body).
 // A string input is returned as one user message item
 // {"type":"message","role":"user","content":"…"} (a new slice).
-func (a *Responses) Messages(body []byte) ([]byte, bool) {
+func (a *Responses) Messages(body []byte) ([]byte, bool) { return a.MessagesKnown(body, nil) }
+
+// MessagesKnown implements Adapter.
+func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, bool) {
 	r := get(body, "input")
 	switch {
 	case r.Type == gjson.String && gjson.Valid(r.Raw):
@@ -92,8 +95,10 @@ func (a *Responses) Messages(body []byte) ([]byte, bool) {
 		b = append(b, `[{"type":"message","role":"user","content":`...)
 		b = append(b, r.Raw...)
 		return append(b, "}]"...), true
-	case r.IsArray() && gjson.Valid(r.Raw):
-		return rawSlice(body, r), true
+	case r.IsArray():
+		if raw := rawSlice(body, r); validArray(raw, known) {
+			return raw, true
+		}
 	}
 	return nil, false
 }

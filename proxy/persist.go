@@ -149,7 +149,14 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 			message: "X-Thread-Mode must be replace or append."})
 		return nil, nil, false
 	}
-	messages, ok := ad.Messages(body)
+	// The transcript this replica kept for the thread, if any: messages
+	// the request repeats from it are neither validated nor parsed again.
+	kept := s.threads.get(store.Key{Tenant: ex.tenant, Thread: string(threadID)}, ad.Format())
+	var knownMsgs [][]byte
+	if kept != nil {
+		knownMsgs = kept.msgs
+	}
+	messages, ok := ad.MessagesKnown(body, knownMsgs)
 	if !ok && !gjson.ValidBytes(body) {
 		// Refused before any run exists: nothing is stored for it.
 		writeError(ctx, ad, apiError{status: 400, code: "invalid_json",
@@ -176,7 +183,6 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		}
 	}
 
-	kept := s.threads.get(t.key, ad.Format())
 	var known string
 	if kept != nil {
 		known = kept.digest
@@ -344,7 +350,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	known, tailAt := 0, 0
 	prefix := func() {
 		if kept != nil {
-			if known, tailAt = knownPrefix(composed, kept.msgs); tailAt == 0 {
+			if known, tailAt = adapters.KnownPrefix(composed, kept.msgs); tailAt == 0 {
 				kept = nil // not an array: the full path reports it
 			}
 		}
@@ -414,6 +420,10 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	}
 	walked := composed
 	if kept != nil {
+		// Room for the new messages and the reply, so finish appends
+		// without copying.
+		room := known + 8
+		t.parts, t.hashes, t.infos = make([][]byte, 0, room), make([]store.Hash, 0, room), make([]msgInfo, 0, room)
 		t.parts = append(t.parts, kept.msgs[:known]...)
 		t.hashes = append(t.hashes, kept.hashes[:known]...)
 		for i := 0; i < known; i++ {
@@ -649,8 +659,8 @@ func (t *turn) finish(o outcome) error {
 		Resumes:          t.resumes,
 		UpstreamBody:     t.upstreamBody,
 	}
-	var written [][]byte // the transcript the finish writes, for the thread cache
-	var writtenHashes []store.Hash
+	var written, parts [][]byte // the transcript the finish writes, for the thread cache
+	var writtenHashes, hashes []store.Hash
 	var infos []msgInfo
 	if u := o.turn.Usage; u.Present {
 		f.Usage = &store.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
@@ -681,9 +691,9 @@ func (t *turn) finish(o outcome) error {
 				f.Interrupts = append(f.Interrupts, store.Interrupt{CallID: id, Name: c.Name, Status: store.Pending, RunID: t.runID})
 			}
 		}
-		parts := t.parts[:len(t.parts):len(t.parts)]
-		hashes := t.hashes[:len(t.hashes):len(t.hashes)]
-		infos = t.infos[:len(t.infos):len(t.infos)]
+		// Appending past len leaves t.parts and t.hashes (the pending
+		// transcript's) as they are; neither is read after finish.
+		parts, hashes, infos = t.parts, t.hashes, t.infos
 		replies := t.replyMessages(o.turn.Message)
 		for _, m := range replies {
 			parts = append(parts, m)

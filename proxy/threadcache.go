@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"container/list"
 	"strings"
 	"sync"
@@ -190,41 +189,3 @@ func threadFromStore(ad adapters.Adapter, th store.Thread) *cachedThread {
 	return ct
 }
 
-// knownPrefix reports how many leading elements of the JSON array arr are
-// byte-for-byte known[0..k), and the offset in arr of the element after
-// them (or of the closing bracket). A stored message is a whole JSON
-// value, so an element that starts with its bytes and is followed by a
-// comma or the bracket is that message; nothing is parsed.
-func knownPrefix(arr []byte, known [][]byte) (k, off int) {
-	i := skipSpace(arr, 0)
-	if i >= len(arr) || arr[i] != '[' {
-		return 0, 0
-	}
-	i = skipSpace(arr, i+1)
-	for k < len(known) {
-		m := known[k]
-		if !bytes.HasPrefix(arr[i:], m) {
-			break
-		}
-		j := skipSpace(arr, i+len(m))
-		if j >= len(arr) {
-			break
-		}
-		if arr[j] == ']' {
-			return k + 1, j
-		}
-		if arr[j] != ',' {
-			break
-		}
-		k++
-		i = skipSpace(arr, j+1)
-	}
-	return k, i
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}

@@ -9,31 +9,6 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-func TestKnownPrefix(t *testing.T) {
-	known := [][]byte{[]byte(`{"a":1}`), []byte(`{"b":[1,2]}`), []byte(`"s"`)}
-	for _, tc := range []struct {
-		arr      string
-		k        int
-		restFrom string // the array from the offset returned
-	}{
-		{`[]`, 0, `]`},
-		{`[{"a":1},{"b":[1,2]},"s"]`, 3, `]`},
-		{` [ {"a":1} , {"b":[1,2]} ,"s" ] `, 3, `] `},
-		{`[{"a":1},{"b":[1,2]},"s",{"c":3}]`, 3, `{"c":3}]`},
-		{`[{"a":1},{"b":[1,2,3]},"s"]`, 1, `{"b":[1,2,3]},"s"]`},
-		{`[{"a":1}]`, 1, `]`},
-		{`[{"a":1 },{"b":[1,2]}]`, 0, `{"a":1 },{"b":[1,2]}]`},
-		{`[{"a":12}]`, 0, `{"a":12}]`},
-		{`["s"]`, 0, `"s"]`},
-		{`{"a":1}`, 0, `{"a":1}`},
-	} {
-		k, off := knownPrefix([]byte(tc.arr), known)
-		if k != tc.k || tc.arr[off:] != tc.restFrom {
-			t.Errorf("knownPrefix(%s) = %d, %q; want %d, %q", tc.arr, k, tc.arr[off:], tc.k, tc.restFrom)
-		}
-	}
-}
-
 // TestThreadCacheChangesNothing runs one conversation through a proxy that
 // keeps transcripts and one that does not, and expects the same upstream
 // bodies, the same response headers and the same stored thread: restore

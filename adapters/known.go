@@ -1,0 +1,133 @@
+package adapters
+
+import (
+	"bytes"
+
+	"github.com/tidwall/gjson"
+)
+
+// KnownPrefix reports how many leading elements of the JSON array arr are
+// byte-for-byte known[0..k), and the offset in arr of the element after
+// them (or of the closing bracket). A stored message is a whole JSON
+// value, so an element that starts with its bytes and is followed by a
+// comma or the bracket is that message; nothing is parsed.
+func KnownPrefix(arr []byte, known [][]byte) (k, off int) {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return 0, 0
+	}
+	i = skipSpace(arr, i+1)
+	for k < len(known) {
+		m := known[k]
+		if !bytes.HasPrefix(arr[i:], m) {
+			break
+		}
+		j := skipSpace(arr, i+len(m))
+		if j >= len(arr) {
+			break
+		}
+		if arr[j] == ']' {
+			return k + 1, j
+		}
+		if arr[j] != ',' {
+			break
+		}
+		k++
+		i = skipSpace(arr, j+1)
+	}
+	return k, i
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// validArray reports whether arr, a JSON array, is valid JSON, without
+// validating again the leading elements that repeat known byte for byte
+// (each known message is a whole JSON value already validated).
+func validArray(arr []byte, known [][]byte) bool {
+	k, off := KnownPrefix(arr, known)
+	if k == 0 {
+		return gjson.Valid(str(arr))
+	}
+	if off < len(arr) && arr[off] == ']' {
+		return skipSpace(arr, off+1) == len(arr)
+	}
+	tail := make([]byte, 0, len(arr)-off+1)
+	tail = append(append(tail, '['), arr[off:]...)
+	return gjson.Valid(str(tail))
+}
+
+// arrayAt returns the array at path, a slice of body, when it is one and
+// valid (its known leading elements taken as valid).
+func arrayAt(body []byte, path string, known [][]byte) ([]byte, bool) {
+	r := get(body, path)
+	if !r.IsArray() {
+		return nil, false
+	}
+	raw := rawSlice(body, r)
+	if !validArray(raw, known) {
+		return nil, false
+	}
+	return raw, true
+}
+
+// insertAbsentKey adds "key":value as the last member of the JSON object
+// body when the quoted key appears nowhere in body, so that it cannot be a
+// member already; it reports false (and changes nothing) otherwise, and
+// the caller falls back to a full parse. It reads body with vectorised
+// searches instead of walking the object, and keeps every byte of body
+// before the closing brace. A body with \u escapes of ASCII letters or
+// '_' (a key could be spelled with them) also falls back, as does a nil
+// value.
+func insertAbsentKey(body []byte, key string, value []byte) ([]byte, bool) {
+	i := skipSpace(body, 0)
+	end := len(body) - 1
+	for end > i && (body[end] == ' ' || body[end] == '\n' || body[end] == '\r' || body[end] == '\t') {
+		end--
+	}
+	if value == nil || i >= end || body[i] != '{' || body[end] != '}' {
+		return nil, false
+	}
+	quoted := make([]byte, 0, len(key)+2)
+	quoted = append(append(append(quoted, '"'), key...), '"')
+	if bytes.Contains(body, quoted) || escapesASCIILetter(body) {
+		return nil, false
+	}
+	out := make([]byte, 0, len(body)+len(quoted)+len(value)+2)
+	out = append(out, body[:end]...)
+	if skipSpace(body, i+1) != end {
+		out = append(out, ',')
+	}
+	out = append(append(append(out, quoted...), ':'), value...)
+	return append(out, body[end:]...), true
+}
+
+// escapesASCIILetter reports whether b holds a \u005X, \u006X or \u007X
+// escape (how '_' and the ASCII letters can be spelled in a JSON string).
+func escapesASCIILetter(b []byte) bool {
+	for {
+		i := bytes.Index(b, []byte(`\u00`))
+		if i < 0 || i+5 >= len(b) {
+			return false
+		}
+		if c := b[i+4]; c == '5' || c == '6' || c == '7' {
+			return true
+		}
+		b = b[i+4:]
+	}
+}
+
+// plainJSONString quotes s when it needs no escaping; nil otherwise.
+func plainJSONString(s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
+			return nil
+		}
+	}
+	out := make([]byte, 0, len(s)+2)
+	return append(append(append(out, '"'), s...), '"')
+}

@@ -1,0 +1,73 @@
+package adapters
+
+import "testing"
+
+func TestKnownPrefix(t *testing.T) {
+	known := [][]byte{[]byte(`{"a":1}`), []byte(`{"b":[1,2]}`), []byte(`"s"`)}
+	for _, tc := range []struct {
+		arr      string
+		k        int
+		restFrom string // the array from the offset returned
+	}{
+		{`[]`, 0, `]`},
+		{`[{"a":1},{"b":[1,2]},"s"]`, 3, `]`},
+		{` [ {"a":1} , {"b":[1,2]} ,"s" ] `, 3, `] `},
+		{`[{"a":1},{"b":[1,2]},"s",{"c":3}]`, 3, `{"c":3}]`},
+		{`[{"a":1},{"b":[1,2,3]},"s"]`, 1, `{"b":[1,2,3]},"s"]`},
+		{`[{"a":1}]`, 1, `]`},
+		{`[{"a":1 },{"b":[1,2]}]`, 0, `{"a":1 },{"b":[1,2]}]`},
+		{`[{"a":12}]`, 0, `{"a":12}]`},
+		{`["s"]`, 0, `"s"]`},
+		{`{"a":1}`, 0, `{"a":1}`},
+	} {
+		k, off := KnownPrefix([]byte(tc.arr), known)
+		if k != tc.k || tc.arr[off:] != tc.restFrom {
+			t.Errorf("KnownPrefix(%s) = %d, %q; want %d, %q", tc.arr, k, tc.arr[off:], tc.k, tc.restFrom)
+		}
+	}
+}
+
+
+func TestValidArraySkipsOnlyKnownElements(t *testing.T) {
+	known := [][]byte{[]byte(`{"a":1}`)}
+	for _, tc := range []struct {
+		arr  string
+		want bool
+	}{
+		{`[{"a":1}]`, true},
+		{`[{"a":1},{"b":2}]`, true},
+		{`[{"a":1},{"b":}]`, false},
+		{`[{"a":1},{"b":2}`, false},
+		{`[{"a":1} x]`, false},
+		{`[{"a":2},{"b":}]`, false},
+		{`[]`, true},
+	} {
+		if got := validArray([]byte(tc.arr), known); got != tc.want {
+			t.Errorf("validArray(%s) = %v, want %v", tc.arr, got, tc.want)
+		}
+	}
+}
+
+func TestInsertAbsentKey(t *testing.T) {
+	for _, tc := range []struct {
+		body, want string
+		ok         bool
+	}{
+		{`{"model":"m","messages":[]}`, `{"model":"m","messages":[],"k":"v"}`, true},
+		{` { } `, ` { "k":"v"} `, true},
+		{`{}`, `{"k":"v"}`, true},
+		{"{\"a\":1}\n", "{\"a\":1,\"k\":\"v\"}\n", true},
+		{`{"k":"x"}`, ``, false},
+		{`{"messages":[{"content":"say \"k\""}]}`, `{"messages":[{"content":"say \"k\""}],"k":"v"}`, true},
+		{`{"messages":[{"content":"k"}]}`, ``, false},
+		{`{"\u006b":"x"}`, ``, false},
+		{`{"caf\u00e9":1}`, `{"caf\u00e9":1,"k":"v"}`, true},
+		{`[1]`, ``, false},
+		{`{"a":1`, ``, false},
+	} {
+		got, ok := insertAbsentKey([]byte(tc.body), "k", []byte(`"v"`))
+		if ok != tc.ok || string(got) != tc.want {
+			t.Errorf("insertAbsentKey(%s) = %s, %v; want %s, %v", tc.body, got, ok, tc.want, tc.ok)
+		}
+	}
+}
