@@ -27,7 +27,6 @@ func TestKnownPrefix(t *testing.T) {
 	}
 }
 
-
 func TestValidArraySkipsOnlyKnownElements(t *testing.T) {
 	known := [][]byte{[]byte(`{"a":1}`)}
 	for _, tc := range []struct {

@@ -188,4 +188,3 @@ func threadFromStore(ad adapters.Adapter, th store.Thread) *cachedThread {
 	ct.size += sizeOf(ct.info)
 	return ct
 }
-
