@@ -39,6 +39,7 @@ type turn struct {
 	model string
 
 	storedHashes []store.Hash // the thread as loaded, for the transcript diff
+	storedMsgs   [][]byte     // its messages, byte for byte as stored
 	parts        [][]byte     // the messages sent upstream, one slice each
 	hashes       []store.Hash
 	infos        []msgInfo // what compose read of each part, for the thread cache
@@ -310,7 +311,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	} else {
 		stored = joinArray(thread.Messages)
 	}
-	t.storedHashes = thread.Hashes
+	t.storedHashes, t.storedMsgs = thread.Hashes, thread.Messages
 	if ad.Format() == adapters.FormatOpenAIResponses && t.up.cfg.ExpandPreviousResponse && len(thread.Messages) > 0 {
 		// A stateless upstream cannot resolve previous_response_id: send
 		// the thread's items instead, and the new input after them.
@@ -497,23 +498,24 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 
 // validBySkims reports whether the kept skims of the first known messages
 // and the skims of the tail (a JSON array of the rest) show a history that
-// repair would leave as it is. Only OpenAI chat keeps skims; other formats
-// always run repair.
+// repair would leave as it is.
 func (t *turn) validBySkims(kept *cachedThread, known int, tail []byte) bool {
-	if kept == nil || t.ad.Format() != adapters.FormatOpenAIChat {
+	if kept == nil {
 		return false
 	}
+	f := t.ad.Format()
+	skim := skimOf(f)
 	skims := make([]repair.Skim, 0, known+4)
 	for i := 0; i < known; i++ {
 		skims = append(skims, kept.info[i].skim)
 	}
 	if err := t.ad.WalkMessages(tail, func(m adapters.Message) bool {
-		skims = append(skims, repair.SkimOpenAIChat(m.Raw))
+		skims = append(skims, skim(m.Raw))
 		return true
 	}); err != nil {
 		return false
 	}
-	return repair.ValidOpenAIChatSkims(skims)
+	return validSkims(f, skims)
 }
 
 // findParked looks for the run this request resumes: the newest run that
@@ -720,6 +722,18 @@ func (t *turn) finish(o outcome) error {
 		return err
 	}
 	if written != nil && len(infos) == len(written) {
+		// The store keeps the stored bytes of a message whose hash did not
+		// change (a client may re-send it formatted differently), so the
+		// kept copy must too: it is read back as the stored thread.
+		kept := t.hashes
+		if !pendingSaved {
+			kept = writtenHashes
+		}
+		k := 0
+		for k < len(t.storedHashes) && k < len(kept) && t.storedHashes[k] == kept[k] {
+			k++
+		}
+		written = append(t.storedMsgs[:k:k], written[k:]...)
 		t.s.threads.put(newCachedThread(t.key, t.ad.Format(), written, writtenHashes, infos))
 	} else {
 		t.s.threads.drop(t.key)

@@ -164,9 +164,7 @@ func infoOf(ad adapters.Adapter, m adapters.Message) msgInfo {
 	if len(m.Results) > 0 {
 		in.synthetic = repair.IsSynthetic(m.Raw)
 	}
-	if ad.Format() == adapters.FormatOpenAIChat {
-		in.skim = repair.SkimOpenAIChat(m.Raw)
-	}
+	in.skim = skimOf(ad.Format())(m.Raw)
 	return in
 }
 
@@ -187,4 +185,26 @@ func threadFromStore(ad adapters.Adapter, th store.Thread) *cachedThread {
 	}
 	ct.size += sizeOf(ct.info)
 	return ct
+}
+
+// skimOf is the repair skim of a format's messages.
+func skimOf(f adapters.Format) func([]byte) repair.Skim {
+	switch f {
+	case adapters.FormatGemini:
+		return repair.SkimGemini
+	case adapters.FormatOpenAIResponses:
+		return repair.SkimResponses
+	}
+	return repair.SkimOpenAIChat
+}
+
+// validSkims is repair's validity check of a format, read off skims.
+func validSkims(f adapters.Format, skims []repair.Skim) bool {
+	switch f {
+	case adapters.FormatGemini:
+		return repair.ValidGeminiSkims(skims)
+	case adapters.FormatOpenAIResponses:
+		return repair.ValidResponsesSkims(skims)
+	}
+	return repair.ValidOpenAIChatSkims(skims)
 }

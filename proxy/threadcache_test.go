@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,49 +10,84 @@ import (
 	"github.com/tidwall/sjson"
 )
 
-// TestThreadCacheChangesNothing runs one conversation through a proxy that
-// keeps transcripts and one that does not, and expects the same upstream
-// bodies, the same response headers and the same stored thread: restore
-// of a dropped field, a regenerated answer, repair of a dangling call,
-// append and continue turns, on both stores.
+// cacheDialect is one wire format's side of TestThreadCacheChangesNothing.
+type cacheDialect struct {
+	name, path string
+	hdr        []string
+	array      string // messages, contents or input
+	first      string // fixture: a request that gets tool calls
+	results    string // fixture: the same thread with the results
+	drop       string // path of a restorable field the client drops from results
+	reply      func(resp gjson.Result) []string
+	user       func(text string) string
+	model      string // body fields other than the array, for append and continue
+}
+
+var cacheDialects = []cacheDialect{
+	{name: "deepseek", path: "/deepseek/chat/completions", hdr: []string{"Authorization", "Bearer k9"}, array: "messages",
+		first: "deepseek/request.parallel-tools.json", results: "deepseek/request.tool-results.json", drop: "messages.2.reasoning_content",
+		reply: func(r gjson.Result) []string { return []string{r.Get("choices.0.message").Raw} },
+		user:  func(s string) string { return `{"role":"user","content":"` + s + `"}` }, model: `"model":"deepseek-chat"`},
+	{name: "gemini", path: "/gemini/v1beta/models/gemini-3-flash-preview:generateContent", hdr: []string{"X-Goog-Api-Key", "k9"}, array: "contents",
+		first: "gemini/request.parallel-tools.json", results: "gemini/request.tool-results.json", drop: "contents.1.parts.1.thoughtSignature",
+		reply: func(r gjson.Result) []string { return []string{r.Get("candidates.0.content").Raw} },
+		user:  func(s string) string { return `{"role":"user","parts":[{"text":"` + s + `"}]}` }},
+	{name: "responses", path: "/openai/v1/responses", hdr: []string{"Authorization", "Bearer k9"}, array: "input",
+		first: "openai-responses/request.parallel-tools.json", results: "openai-responses/request.tool-results.json", drop: "input.1",
+		reply: func(r gjson.Result) []string {
+			var items []string
+			r.Get("output").ForEach(func(_, it gjson.Result) bool { items = append(items, it.Raw); return true })
+			return items
+		},
+		user:  func(s string) string { return `{"type":"message","role":"user","content":"` + s + `"}` },
+		model: `"model":"gpt-5.1-codex-max"`},
+}
+
+// TestThreadCacheChangesNothing runs one conversation per wire format
+// through a proxy that keeps transcripts and one that does not, and
+// expects the same upstream bodies, the same response headers and the
+// same stored thread: restore of a dropped field, a regenerated answer,
+// repair of dangling calls, append and continue turns, an edited history,
+// on both stores.
 func TestThreadCacheChangesNothing(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			var runs [2][]string
-			for i, cacheBytes := range []int{1 << 20, 0} {
-				m := startMock(t)
-				cfg := persistConfig + fmt.Sprintf("store: {thread_cache_bytes: %d}\n", cacheBytes)
-				p := startProxyWith(t, m, cfg, b.open(t))
-				runs[i] = conversation(t, p, &testMock{m})
-				if cacheBytes > 0 {
-					// Every turn after the first found its transcript kept.
-					if hits, misses := p.threads.hits.Load(), p.threads.misses.Load(); hits != 9 || misses != 0 {
-						t.Fatalf("thread cache: %d hits, %d misses; want 9, 0", hits, misses)
+	for _, d := range cacheDialects {
+		for _, b := range backends {
+			t.Run(d.name+"/"+b.name, func(t *testing.T) {
+				var runs [2][]string
+				for i, cacheBytes := range []int{1 << 20, 0} {
+					m := startMock(t)
+					cfg := persistConfig + fmt.Sprintf("store: {thread_cache_bytes: %d}\n", cacheBytes)
+					p := startProxyWith(t, m, cfg, b.open(t))
+					runs[i] = conversation(t, d, p, &testMock{m})
+					if cacheBytes > 0 {
+						// Every turn after the first found its transcript kept.
+						if hits, misses := p.threads.hits.Load(), p.threads.misses.Load(); hits != 9 || misses != 0 {
+							t.Fatalf("thread cache: %d hits, %d misses; want 9, 0", hits, misses)
+						}
 					}
 				}
-			}
-			if len(runs[0]) != len(runs[1]) {
-				t.Fatalf("%d steps with the cache, %d without", len(runs[0]), len(runs[1]))
-			}
-			for i := range runs[0] {
-				if runs[0][i] != runs[1][i] {
-					t.Errorf("step %d differs\nwith the cache:    %s\nwithout the cache: %s", i, runs[0][i], runs[1][i])
+				if len(runs[0]) != len(runs[1]) {
+					t.Fatalf("%d steps with the cache, %d without", len(runs[0]), len(runs[1]))
 				}
-			}
-		})
+				for i := range runs[0] {
+					if runs[0][i] != runs[1][i] {
+						t.Errorf("step %d differs\nwith the cache:    %s\nwithout the cache: %s", i, runs[0][i], runs[1][i])
+					}
+				}
+			})
+		}
 	}
 }
 
 // conversation plays the turns and returns, per step, what the client and
 // the upstream saw.
-func conversation(t *testing.T, p *testProxy, m *testMock) []string {
+func conversation(t *testing.T, d cacheDialect, p *testProxy, m *testMock) []string {
 	var steps []string
-	url := p.URL + "/deepseek/chat/completions"
-	hdr := []string{"Authorization", "Bearer k9", "X-Thread-Id", "t-cache"}
+	hdr := append(slices.Clone(d.hdr), "X-Thread-Id", "t-cache")
 	turn := func(name, body, scenario string, extra ...string) gjson.Result {
 		t.Helper()
 		before := len(m.Requests())
-		resp, out := do(t, "POST", url, body, append(append(hdr, "X-Mock-Scenario", scenario), extra...)...)
+		resp, out := do(t, "POST", p.URL+d.path, body, append(append(hdr, "X-Mock-Scenario", scenario), extra...)...)
 		upstream := "(not sent)"
 		if reqs := m.Requests(); len(reqs) > before {
 			upstream = string(reqs[len(reqs)-1].Body)
@@ -61,44 +97,53 @@ func conversation(t *testing.T, p *testProxy, m *testMock) []string {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d %s", name, resp.StatusCode, out)
 		}
-		return gjson.ParseBytes(out).Get("choices.0.message")
+		return gjson.ParseBytes(out)
 	}
 	with := func(body string, msgs ...string) string {
 		for _, msg := range msgs {
-			body, _ = sjson.SetRaw(body, "messages.-1", msg)
+			body, _ = sjson.SetRaw(body, d.array+".-1", msg)
 		}
 		return body
 	}
-
 	nonStream := func(body string) string {
 		body, _ = sjson.Delete(body, "stream")
 		body, _ = sjson.Delete(body, "stream_options")
 		return body
 	}
-	first := nonStream(string(fixture(t, "deepseek/request.parallel-tools.json")))
-	calls := turn("tool calls", first, "parallel-tools")
-	// The client sends the results but drops reasoning_content.
-	results := nonStream(string(fixture(t, "deepseek/request.tool-results.json")))
-	results, _ = sjson.Delete(results, "messages.2.reasoning_content")
-	answer := turn("results, reasoning dropped", results, "text")
+	first := nonStream(string(fixture(t, d.first)))
+	calls := d.reply(turn("tool calls", first, "parallel-tools"))
+	// The client sends the results but drops a field the provider needs.
+	results := nonStream(string(fixture(t, d.results)))
+	results, _ = sjson.Delete(results, d.drop)
+	answer := d.reply(turn("results, a field dropped", results, "text"))
 	// The next question after the whole history; then the same request
 	// twice more (regenerate).
-	next := with(results, answer.Raw, `{"role":"user","content":"and tomorrow?"}`)
+	next := with(with(results, answer...), d.user("and tomorrow?"))
 	for i := range 3 {
 		turn(fmt.Sprintf("next question, take %d", i+1), next, "text")
 	}
 	// A history whose calls never got results: repair answers them.
-	dangling := with(first, calls.Raw, `{"role":"user","content":"never mind"}`)
+	dangling := with(with(first, calls...), d.user("never mind"))
 	turn("dangling calls", dangling, "text")
 	turn("dangling calls again", dangling, "text")
 	// Append mode, then continue.
-	turn("append", `{"model":"deepseek-chat","messages":[{"role":"user","content":"one more"}]}`, "text", "X-Thread-Mode", "append")
-	turn("continue", `{"model":"deepseek-chat","messages":[]}`, "text")
-	// Back to replace with an edited first message.
-	edited := strings.Replace(next, `"content":"`, `"content":"(edited) `, 1)
+	turn("append", "{"+d.model+sep(d.model)+`"`+d.array+`":[`+d.user("one more")+"]}", "text", "X-Thread-Mode", "append")
+	turn("continue", "{"+d.model+sep(d.model)+`"`+d.array+`":[]}`, "text")
+	// Back to replace with an edited history.
+	edited := strings.Replace(next, `"text":"`, `"text":"(edited) `, 1)
+	if edited == next {
+		edited = strings.Replace(next, `"content":"`, `"content":"(edited) `, 1)
+	}
 	turn("edited", edited, "text")
 
 	th := apiThread(t, p, "k9", "t-cache")
 	steps = append(steps, "stored: "+th.Get("messages").Raw)
 	return steps
+}
+
+func sep(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ","
 }

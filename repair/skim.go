@@ -6,28 +6,51 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Skim is what the validity check of an OpenAI chat history reads of one
-// message: whether it answers a call, makes calls or is an empty assistant
-// message, and the call ids involved. A caller that keeps a thread's
-// messages can keep their skims too, and check a history that grew by a
-// message or two with ValidOpenAIChatSkims instead of parsing all of it
-// again. A Skim never aliases the message it was made from.
+// Skim is what repair's validity check reads of one message (an OpenAI
+// chat message, a Gemini content or a Responses input item): whether it
+// makes calls, answers them or is empty, and the ids involved. A caller
+// that keeps a thread's messages can keep their skims too, and check a
+// history that grew by a message or two with ValidSkims instead of
+// parsing all of it again. A Skim never aliases the message it was made
+// from. Skims of one format are only checked with that format.
 type Skim struct {
-	kind skimKind
-	ids  []string // a tool message's tool_call_id, or an assistant message's call ids
+	kind  skimKind
+	ids   []string   // OpenAI: the tool message's tool_call_id or the calls' ids; Responses: the call_id
+	parts []skimPart // Gemini: the functionCall and functionResponse parts, in order
+	model bool       // Gemini: role "model"
+	empty bool       // Gemini: every part is empty
 }
 
 type skimKind uint8
 
 const (
-	skimOther skimKind = iota // closes a block of results, needs nothing
-	skimTool                  // role "tool": answers ids[0]
-	skimCalls                 // an assistant message with tool calls ids
-	skimEmpty                 // an assistant message with nothing in it
+	skimOther     skimKind = iota // needs nothing (closes a block of results)
+	skimTool                      // OpenAI role "tool" / Responses function_call_output: answers ids[0]
+	skimCalls                     // OpenAI assistant message with calls / Responses function_call
+	skimEmpty                     // an assistant message with nothing in it
+	skimReasoning                 // Responses reasoning item
+	skimGemini                    // a Gemini content: see model, empty, parts
 )
 
+// skimPart is one functionCall or functionResponse part of a Gemini content.
+type skimPart struct {
+	response bool
+	id, name string
+	hasID    bool
+}
+
 // HasCalls reports whether the message makes tool calls.
-func (s Skim) HasCalls() bool { return s.kind == skimCalls }
+func (s Skim) HasCalls() bool {
+	if s.kind == skimGemini {
+		for _, p := range s.parts {
+			if !p.response {
+				return true
+			}
+		}
+		return false
+	}
+	return s.kind == skimCalls
+}
 
 // SkimOpenAIChat skims one OpenAI chat message (one element of messages).
 func SkimOpenAIChat(msg []byte) Skim {
@@ -48,9 +71,41 @@ func SkimOpenAIChat(msg []byte) Skim {
 	return Skim{}
 }
 
+// SkimGemini skims one Gemini content (one element of contents).
+func SkimGemini(content []byte) Skim {
+	c := parseGM(gjson.Parse(str(content)))
+	s := Skim{kind: skimGemini, model: c.model, empty: true}
+	c.parts.ForEach(func(_, pv gjson.Result) bool {
+		gp := parseGMPart(pv)
+		s.empty = s.empty && gp.empty
+		if gp.kind == gpCall || gp.kind == gpResponse {
+			s.parts = append(s.parts, skimPart{response: gp.kind == gpResponse,
+				id: strings.Clone(gp.id), name: strings.Clone(gp.name), hasID: gp.hasID})
+		}
+		return true
+	})
+	return s
+}
+
+// SkimResponses skims one Responses input item.
+func SkimResponses(item []byte) Skim {
+	it := parseRS(gjson.Parse(str(item)))
+	switch {
+	case it.kind == riCall:
+		return Skim{kind: skimCalls, ids: []string{strings.Clone(it.callID)}}
+	case it.kind == riOutput:
+		return Skim{kind: skimTool, ids: []string{strings.Clone(it.callID)}}
+	case it.kind == riReasoning:
+		return Skim{kind: skimReasoning}
+	case it.empty:
+		return Skim{kind: skimEmpty}
+	}
+	return Skim{}
+}
+
 // ValidOpenAIChatSkims reports whether OpenAIChat would leave the history
-// these skims were made from as it is: it is the same check, read off the
-// skims.
+// these skims were made from as it is: the same check as its own scan,
+// read off the skims.
 func ValidOpenAIChatSkims(skims []Skim) bool {
 	var c oaCheck
 	for i := range skims {
@@ -77,6 +132,80 @@ func ValidOpenAIChatSkims(skims []Skim) bool {
 		}
 	}
 	return c.done()
+}
+
+// ValidGeminiSkims is ValidOpenAIChatSkims for Gemini's scan.
+func ValidGeminiSkims(skims []Skim) bool {
+	var set idSet
+	var p pending
+	for i := range skims {
+		s := &skims[i]
+		if !s.model && p.n > 0 {
+			for _, gp := range s.parts {
+				if gp.response && !p.answer(gp.id, gp.name, gp.hasID) {
+					return false
+				}
+			}
+			if p.open != 0 {
+				return false
+			}
+			p.reset()
+			continue
+		}
+		for _, gp := range s.parts {
+			switch {
+			case gp.response:
+				return false
+			case s.model:
+				if gp.hasID && set.add(gp.id) {
+					return false
+				}
+				p.add(gp.id, gp.name, gp.hasID)
+			}
+		}
+		if s.model && s.empty {
+			return false
+		}
+	}
+	return p.open == 0
+}
+
+// ValidResponsesSkims is ValidOpenAIChatSkims for the Responses scan.
+func ValidResponsesSkims(skims []Skim) bool {
+	var set idSet
+	var p pending
+	inBlock := false
+	for i := range skims {
+		s := &skims[i]
+		switch s.kind {
+		case skimCalls, skimReasoning:
+			if inBlock {
+				if p.open != 0 {
+					return false
+				}
+				p.reset()
+				inBlock = false
+			}
+			if s.kind == skimCalls {
+				if set.add(s.ids[0]) {
+					return false
+				}
+				p.add(s.ids[0], "", true)
+			}
+		case skimTool:
+			inBlock = true
+			if p.n == 0 || !p.answer(s.ids[0], "", true) {
+				return false
+			}
+		default:
+			if p.open != 0 || s.kind == skimEmpty {
+				return false
+			}
+			p.reset()
+			inBlock = false
+		}
+	}
+	return p.open == 0
 }
 
 // oaCheck is the state of the OpenAI validity check: the call ids seen so

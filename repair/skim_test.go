@@ -9,10 +9,26 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// checkSkims asserts that the skim check agrees with the scan OpenAIChat
+// skimFormat is one format's skim, skim check and scan.
+type skimFormat struct {
+	name  string
+	skim  func([]byte) Skim
+	valid func([]Skim) bool
+	scan  func(gjson.Result) bool
+	gen   func([]byte) []byte
+	dir   string
+}
+
+var skimFormats = []skimFormat{
+	{"openai", SkimOpenAIChat, ValidOpenAIChatSkims, oaValid, genOpenAI, "openai"},
+	{"gemini", SkimGemini, ValidGeminiSkims, gmValid, genGemini, "gemini"},
+	{"responses", SkimResponses, ValidResponsesSkims, rsValid, genResponses, "responses"},
+}
+
+// checkSkims asserts that the skim check agrees with the scan repair
 // runs, on the whole history and on every prefix of it (a stored thread
 // is checked again as a prefix of the next request).
-func checkSkims(t *testing.T, history []byte) {
+func checkSkims(t *testing.T, f skimFormat, history []byte) {
 	t.Helper()
 	arr := gjson.ParseBytes(history)
 	if !gjson.ValidBytes(history) || !arr.IsArray() {
@@ -23,13 +39,13 @@ func checkSkims(t *testing.T, history []byte) {
 	check := func() {
 		t.Helper()
 		p := append(append([]byte{'['}, prefix...), ']')
-		if got, want := ValidOpenAIChatSkims(skims), oaValid(gjson.ParseBytes(p)); got != want {
-			t.Fatalf("skims say valid=%v, the scan says %v, for %s", got, want, p)
+		if got, want := f.valid(skims), f.scan(gjson.ParseBytes(p)); got != want {
+			t.Fatalf("%s: skims say valid=%v, the scan says %v, for %s", f.name, got, want, p)
 		}
 	}
 	check()
 	arr.ForEach(func(_, m gjson.Result) bool {
-		skims = append(skims, SkimOpenAIChat([]byte(m.Raw)))
+		skims = append(skims, f.skim([]byte(m.Raw)))
 		if len(prefix) > 0 {
 			prefix = append(prefix, ',')
 		}
@@ -40,19 +56,24 @@ func checkSkims(t *testing.T, history []byte) {
 }
 
 func TestSkimsAgreeWithScan(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "openai", "*.json"))
-	for _, p := range files {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
+	for _, f := range skimFormats {
+		files, _ := filepath.Glob(filepath.Join("testdata", f.dir, "*.json"))
+		if len(files) == 0 {
+			t.Fatalf("no golden inputs for %s", f.name)
 		}
-		checkSkims(t, []byte(gjson.GetBytes(b, "input").Raw))
-	}
-	r := rand.New(rand.NewSource(2))
-	for range 3000 {
-		prog := make([]byte, r.Intn(32))
-		r.Read(prog)
-		checkSkims(t, genOpenAI(prog))
+		for _, p := range files {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSkims(t, f, []byte(gjson.GetBytes(b, "input").Raw))
+		}
+		r := rand.New(rand.NewSource(2))
+		for range 3000 {
+			prog := make([]byte, r.Intn(32))
+			r.Read(prog)
+			checkSkims(t, f, f.gen(prog))
+		}
 	}
 	for _, h := range []string{
 		`[{"role":"assistant","content":"","tool_calls":[]}]`,
@@ -61,17 +82,22 @@ func TestSkimsAgreeWithScan(t *testing.T) {
 		`["text",{"role":"assistant","content":null,"refusal":"no"}]`,
 		`[{"role":"assistant","tool_calls":[{"id":"a\u0062"}]},{"role":"tool","tool_call_id":"ab"}]`,
 	} {
-		checkSkims(t, []byte(h))
+		checkSkims(t, skimFormats[0], []byte(h))
 	}
 }
 
 func FuzzSkims(f *testing.F) {
-	seedCorpus(f, "openai")
+	for _, sf := range skimFormats {
+		seedCorpus(f, sf.dir)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if !gjson.ValidBytes(data) {
-			data = genOpenAI(data[:min(len(data), 96)])
+		for _, sf := range skimFormats {
+			in := data
+			if !gjson.ValidBytes(in) {
+				in = sf.gen(data[:min(len(data), 96)])
+			}
+			checkSkims(t, sf, in)
 		}
-		checkSkims(t, data)
 	})
 }
 
