@@ -167,12 +167,12 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 				ex.turn.events = newEventLog(ex.turn)
 			}
 		}
-		ctx.SetBodyStreamWriter(ex.relaySSE)
+		setBodyStreamWriter(ctx, ex.relaySSE)
 	case ex.resp.Header.ContentLength() < 0:
 		if ex.op.Kind == adapters.OpGenerate && ok && ex.op.Framing == adapters.FramingJSONArray {
 			ex.asm = ex.ad.NewAssembler()
 		}
-		ctx.SetBodyStreamWriter(ex.relayChunks)
+		setBodyStreamWriter(ctx, ex.relayChunks)
 	default:
 		body := ex.resp.Body()
 		// The turn is stored before the client sees the answer, so a 2xx
@@ -485,6 +485,73 @@ func flushWithin(w *bufio.Writer, conn net.Conn, timeout time.Duration) error {
 		_ = conn.SetWriteDeadline(time.Now().Add(timeout))
 	}
 	return w.Flush()
+}
+
+// setBodyStreamWriter is ctx.SetBodyStreamWriter without the goroutine and
+// the pipe: fasthttp's own connection goroutine runs sw (WriteTo), each
+// flush of w going out as one chunk. An open stream then holds one
+// goroutine and two 4 KiB buffers less.
+func setBodyStreamWriter(ctx *fasthttp.RequestCtx, sw fasthttp.StreamWriter) {
+	ctx.Response.SetBodyStream(&bodyWriter{sw: sw}, -1)
+}
+
+// bodyWriter is a body stream written by its StreamWriter when fasthttp
+// sends it. Read, for a caller that reads the body instead, and Close, for
+// a response whose body is never sent, run sw through fasthttp's pipe as
+// SetBodyStreamWriter would, so sw always runs exactly once.
+type bodyWriter struct {
+	sw   fasthttp.StreamWriter
+	ran  bool
+	pipe io.ReadCloser
+}
+
+func (b *bodyWriter) SupportsBodyWriteTo() bool { return true }
+
+func (b *bodyWriter) WriteTo(w io.Writer) (int64, error) {
+	if b.ran {
+		return 0, errors.New("proxy: body stream already consumed")
+	}
+	b.ran = true
+	cw := &countingWriter{w: w}
+	bw := bufio.NewWriter(cw)
+	b.sw(bw)
+	err := bw.Flush()
+	return cw.n, err
+}
+
+func (b *bodyWriter) Read(p []byte) (int, error) {
+	if b.pipe == nil {
+		if b.ran {
+			return 0, io.EOF
+		}
+		b.ran = true
+		b.pipe = fasthttp.NewStreamReader(b.sw)
+	}
+	return b.pipe.Read(p)
+}
+
+func (b *bodyWriter) Close() error {
+	if !b.ran {
+		// The body is never sent: sw still runs, and finds the client
+		// gone (the closed pipe), as with SetBodyStreamWriter.
+		b.ran = true
+		b.pipe = fasthttp.NewStreamReader(b.sw)
+	}
+	if b.pipe != nil {
+		return b.pipe.Close()
+	}
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // heartbeat is the SSE comment sent during upstream silence. SSE parsers

@@ -66,16 +66,23 @@ type turn struct {
 	upstreamBody []byte
 
 	events     *eventLog
-	stopRenew  context.CancelFunc
-	renewDone  chan struct{}
 	cancelled  chan struct{} // closed when the run was asked to stop
 	cancelOnce sync.Once
 
+	// The lease renewer is a timer, so a streaming run holds no goroutine
+	// for it. renewMu guards the timer and renewStopped; renewRun lets one
+	// renewal run at a time; stopRenew cancels the one in flight.
+	renewMu      sync.Mutex
+	renewTimer   *time.Timer
+	renewStopped bool
+	renewRun     sync.Mutex
+	renewCtx     context.Context
+	stopRenew    context.CancelFunc
+
 	// patch carries a run patch (partial snapshot, detached_since) from the
 	// relay to the lease renewer, which writes it at once.
-	patchMu  sync.Mutex
-	patch    store.RunPatch
-	patchSig chan struct{}
+	patchMu sync.Mutex
+	patch   store.RunPatch
 }
 
 // offerPatch hands the renewer a patch to write now; a newer one replaces
@@ -84,10 +91,11 @@ func (t *turn) offerPatch(apply func(p *store.RunPatch)) {
 	t.patchMu.Lock()
 	apply(&t.patch)
 	t.patchMu.Unlock()
-	select {
-	case t.patchSig <- struct{}{}:
-	default:
+	t.renewMu.Lock()
+	if t.renewTimer != nil && !t.renewStopped {
+		t.renewTimer.Reset(0)
 	}
+	t.renewMu.Unlock()
 }
 
 func (t *turn) takePatch() store.RunPatch {
@@ -167,8 +175,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
-		runID: string(runID), mode: mode, model: ex.op.Model, cancelled: make(chan struct{}), ownThread: ownThread,
-		patchSig: make(chan struct{}, 1)}
+		runID: string(runID), mode: mode, model: ex.op.Model, cancelled: make(chan struct{}), ownThread: ownThread}
 	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 	defer cancel()
 
@@ -577,41 +584,48 @@ func (t *turn) transcriptFrom(stored []store.Hash, next [][]byte, hashes []store
 // startRenewing renews the lease every third of its TTL while the run
 // streams, and notices cancel requests from other replicas.
 func (t *turn) startRenewing() {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.stopRenew = cancel
-	t.renewDone = make(chan struct{})
-	every := t.s.cfg.Leases.TTL.D() / 3
-	go func() {
-		defer close(t.renewDone)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			case <-t.patchSig:
-			}
-			rctx, c := context.WithTimeout(ctx, t.s.storeTimeout)
-			ren, err := t.st.Renew(rctx, t.lease, t.takePatch())
-			c()
-			if err != nil {
-				if ctx.Err() == nil {
-					t.s.log.Warn("lease renewal failed", "thread", t.key.Thread, "run", t.runID, "err", err)
-				}
-				continue
-			}
-			if ren.CancelRequested {
-				t.requestCancel()
-			}
-		}
-	}()
+	t.renewCtx, t.stopRenew = context.WithCancel(context.Background())
+	t.renewMu.Lock()
+	t.renewTimer = time.AfterFunc(t.s.cfg.Leases.TTL.D()/3, t.renew)
+	t.renewMu.Unlock()
 }
 
+// renew is one renewal: on the timer, or at once for a patch.
+func (t *turn) renew() {
+	t.renewRun.Lock()
+	defer t.renewRun.Unlock()
+	t.renewMu.Lock()
+	if t.renewStopped {
+		t.renewMu.Unlock()
+		return
+	}
+	t.renewTimer.Reset(t.s.cfg.Leases.TTL.D() / 3)
+	t.renewMu.Unlock()
+	rctx, c := context.WithTimeout(t.renewCtx, t.s.storeTimeout)
+	ren, err := t.st.Renew(rctx, t.lease, t.takePatch())
+	c()
+	if err != nil {
+		if t.renewCtx.Err() == nil {
+			t.s.log.Warn("lease renewal failed", "thread", t.key.Thread, "run", t.runID, "err", err)
+		}
+		return
+	}
+	if ren.CancelRequested {
+		t.requestCancel()
+	}
+}
+
+// stopRenewing stops the renewer and waits for a renewal in flight.
 func (t *turn) stopRenewing() {
 	if t.stopRenew != nil {
+		t.renewMu.Lock()
+		t.renewStopped = true
+		t.renewTimer.Stop()
+		t.renewMu.Unlock()
 		t.stopRenew()
-		<-t.renewDone
+		// A renewal in flight (its store call now cancelled) ends first.
+		t.renewRun.Lock()
+		t.renewRun.Unlock()
 		t.stopRenew = nil
 	}
 }
@@ -840,49 +854,58 @@ func appendNullableString(dst []byte, s string) []byte {
 	return strconv.AppendQuote(dst, s)
 }
 
-// eventLog appends a run's events to the store in batches from its own
-// goroutine, so the relay never waits on the store. add copies the event
-// into a shared buffer (no allocation per event once the buffer has grown);
-// the writer takes the whole batch when it wakes.
+// eventLog appends a run's events to the store in batches, off the relay,
+// so the relay never waits on the store. add keeps a copy of each event (of
+// its size: a batch held up by a slow store does not grow a buffer by
+// doubling); a batch that is due goes to the server's event writers, a few
+// goroutines shared by every run, so an open stream holds no goroutine for
+// its log, and a store that falls behind makes batches larger, not
+// goroutines more numerous.
 type eventLog struct {
 	t       *turn
 	mu      sync.Mutex
-	buf     []byte
-	ends    []int
-	next    int64 // seq of the first event in buf
-	wake    chan struct{}
-	full    chan struct{} // a batch is full, or the log is closing: stop waiting
-	done    chan struct{}
+	events  [][]byte    // queued, each a copy
+	next    int64       // seq of the first queued event
+	firstAt time.Time   // when the oldest queued event was relayed
+	timer   *time.Timer // hands the batch to the writers eventBatchWindow after its first event
+	armed   bool        // the timer is set
+	queued  bool        // with the writers: waiting for one, or being written
+	writing bool        // a writer is writing it
 	closing bool
-	failed  bool
-	firstAt time.Time // when the oldest queued event was relayed
+	idle    sync.Cond // on mu; close waits on it for the timer and the writer
+
+	// The writer's own (the event writer that took the log, or close).
+	failed bool
 }
 
 func newEventLog(t *turn) *eventLog {
-	l := &eventLog{t: t, next: 1, wake: make(chan struct{}, 1), full: make(chan struct{}, 1), done: make(chan struct{})}
-	go l.run()
+	l := &eventLog{t: t, next: 1}
+	l.idle.L = &l.mu
 	return l
 }
 
 // add queues one event as forwarded to the client.
 func (l *eventLog) add(raw []byte) {
 	l.mu.Lock()
-	if len(l.ends) == 0 {
+	defer l.mu.Unlock()
+	if len(l.events) == 0 {
 		l.firstAt = time.Now()
 	}
-	l.buf = append(l.buf, raw...)
-	l.ends = append(l.ends, len(l.buf))
-	full := len(l.ends) >= eventBatchMax
-	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-	if full {
-		select {
-		case l.full <- struct{}{}:
-		default:
+	l.events = append(l.events, bytes.Clone(raw))
+	switch {
+	case l.queued:
+		// The writer takes it with the rest.
+	case !l.armed:
+		l.armed = true
+		if l.timer == nil {
+			l.timer = time.AfterFunc(eventBatchWindow, l.due)
+		} else {
+			l.timer.Reset(eventBatchWindow)
 		}
+	case len(l.events) >= eventBatchMax && l.timer.Stop():
+		l.armed = false
+		l.queued = true
+		l.t.s.eventWriters.add(l)
 	}
 }
 
@@ -895,80 +918,122 @@ const (
 	eventBatchMax    = 128
 )
 
-// close writes what is queued and stops the writer.
+// due hands the batch to the writers when its window is over.
+func (l *eventLog) due() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed = false
+	switch {
+	case l.closing:
+		l.idle.Broadcast() // close writes it
+	case !l.queued && len(l.events) > 0:
+		l.queued = true
+		l.t.s.eventWriters.add(l)
+	}
+}
+
+// close writes what is queued and returns once every write is done. A log
+// still waiting for a writer is written here, at once.
 func (l *eventLog) close() {
 	l.mu.Lock()
 	l.closing = true
+	if l.armed && l.timer.Stop() {
+		l.armed = false
+	}
+	l.queued = l.writing
+	for l.armed || l.writing {
+		l.idle.Wait()
+	}
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-	select {
-	case l.full <- struct{}{}:
-	default:
-	}
-	<-l.done
+	l.write()
 }
 
-func (l *eventLog) run() {
-	defer close(l.done)
-	var batch [][]byte
-	var data []byte
-	for range l.wake {
-		// Let the batch form.
-		l.mu.Lock()
-		wait := eventBatchWindow - time.Since(l.firstAt)
-		if l.closing || len(l.ends) >= eventBatchMax || len(l.ends) == 0 {
-			wait = 0
-		}
+// writeQueued is a writer's turn at the log, unless close took it over.
+func (l *eventLog) writeQueued() {
+	l.mu.Lock()
+	if !l.queued {
 		l.mu.Unlock()
-		if wait > 0 {
-			timer := time.NewTimer(wait)
-			select {
-			case <-timer.C:
-			case <-l.full:
-			}
-			timer.Stop()
-		}
-		for {
-			l.mu.Lock()
-			if len(l.ends) == 0 {
-				closing := l.closing
-				l.mu.Unlock()
-				if closing {
-					return
-				}
-				break
-			}
-			// Swap the buffers: the relay keeps appending to a fresh one.
-			data, l.buf = l.buf, data[:0]
-			ends := l.ends
-			l.ends = nil
-			first := l.next
-			l.next += int64(len(ends))
-			queuedAt := l.firstAt
-			l.mu.Unlock()
+		return
+	}
+	l.writing = true
+	l.mu.Unlock()
+	l.write()
+}
 
-			batch = batch[:0]
-			start := 0
-			for _, e := range ends {
-				batch = append(batch, data[start:e])
-				start = e
+// write stores the queued events, batch after batch, until none is left.
+func (l *eventLog) write() {
+	for {
+		l.mu.Lock()
+		if len(l.events) == 0 {
+			l.queued, l.writing = false, false
+			if l.closing {
+				l.idle.Broadcast()
 			}
-			if !l.failed {
-				rctx, cancel := context.WithTimeout(context.Background(), l.t.s.storeTimeout)
-				err := l.t.st.AppendEvents(rctx, l.t.lease, first, batch)
-				cancel()
-				l.t.s.metrics.eventLogLag.Observe(time.Since(queuedAt).Seconds())
-				if err != nil {
-					// Later batches would leave a gap; the log stops
-					// here and the run's transcript is still written.
-					l.failed = true
-					l.t.s.log.Warn("event log append failed; replay of this run stops here", "run", l.t.runID, "err", err)
-				}
+			l.mu.Unlock()
+			return
+		}
+		batch := l.events
+		l.events = nil
+		first := l.next
+		l.next += int64(len(batch))
+		queuedAt := l.firstAt
+		l.mu.Unlock()
+
+		if !l.failed {
+			rctx, cancel := context.WithTimeout(context.Background(), l.t.s.storeTimeout)
+			err := l.t.st.AppendEvents(rctx, l.t.lease, first, batch)
+			cancel()
+			l.t.s.metrics.eventLogLag.Observe(time.Since(queuedAt).Seconds())
+			if err != nil {
+				// Later batches would leave a gap; the log stops
+				// here and the run's transcript is still written.
+				l.failed = true
+				l.t.s.log.Warn("event log append failed; replay of this run stops here", "run", l.t.runID, "err", err)
 			}
 		}
+	}
+}
+
+// eventWriters write the due batches of every run's event log. They are
+// goroutines that exist only while logs wait, at most maxEventWriters at
+// once, however many streams are open.
+type eventWriters struct {
+	mu      sync.Mutex
+	queue   []*eventLog
+	running int
+}
+
+// maxEventWriters is how many batches are written at once: as many as one
+// group commit of the embedded store takes (the Redis pool is smaller).
+const maxEventWriters = 128
+
+// add queues l for a writer, starting one if fewer than the cap run.
+func (w *eventWriters) add(l *eventLog) {
+	w.mu.Lock()
+	w.queue = append(w.queue, l)
+	start := w.running < maxEventWriters
+	if start {
+		w.running++
+	}
+	w.mu.Unlock()
+	if start {
+		go w.work()
+	}
+}
+
+func (w *eventWriters) work() {
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.running--
+			w.mu.Unlock()
+			return
+		}
+		l := w.queue[0]
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+		l.writeQueued()
 	}
 }
 

@@ -72,6 +72,8 @@ type Server struct {
 	local sync.Map // localKey → *turn
 
 	metricsHandler fasthttp.RequestHandler
+	// eventWriters write the runs' event logs.
+	eventWriters eventWriters
 	// feeds shares one store follower per run among local followers.
 	feeds *runFeeds
 	// sessionIDs caches the per-(connection, model) session ids.
