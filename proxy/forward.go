@@ -513,7 +513,9 @@ func (b *bodyWriter) WriteTo(w io.Writer) (int64, error) {
 	}
 	b.ran = true
 	cw := &countingWriter{w: w}
-	bw := bufio.NewWriter(cw)
+	// Small: the relay flushes after every event (or burst), and a larger
+	// write goes through bufio straight to the chunk writer.
+	bw := bufio.NewWriterSize(cw, 1024)
 	b.sw(bw)
 	err := bw.Flush()
 	return cw.n, err

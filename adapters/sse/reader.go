@@ -21,7 +21,10 @@ var ErrEventTooLong = errors.New("sse: event exceeds maximum size")
 // DefaultMaxEventSize bounds one event when NewReader is given 0.
 const DefaultMaxEventSize = 8 << 20
 
-const initialBufSize = 4096
+// initialBufSize is where the buffer starts: a text delta event is a few
+// hundred bytes, and an open stream holds this much until a larger event
+// doubles it.
+const initialBufSize = 1024
 
 // Kind tells a data-carrying event from the lines that are not events.
 type Kind uint8
