@@ -238,7 +238,7 @@ type Adapter interface {
 	// edits, the session id the upstream receives ("" if none) and whether
 	// chronicle added stream_options.include_usage (then strip every
 	// forwarded event with StripAddedUsage).
-	PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error)
+	PrepareUpstream(body []byte, p Prepare) (Upstream, error)
 	// StripAddedUsage removes from one forwarded SSE event what
 	// chronicle's include_usage added. See the implementations.
 	StripAddedUsage(event []byte) (out []byte, drop bool)
@@ -247,6 +247,17 @@ type Adapter interface {
 	// StreamErrorEvent is the SSE event that reports an error after a
 	// stream's headers went out.
 	StreamErrorEvent(status int, code, message string) []byte
+}
+
+// Prepare is what PrepareUpstream needs besides the body.
+type Prepare struct {
+	// SessionID is the thread's session id ("" for none).
+	SessionID string
+	// Stream: the request streams.
+	Stream bool
+	// Messages is the body's messages array as a slice of body, or nil.
+	// No top-level key lies inside it, so looking for one skips it.
+	Messages []byte
 }
 
 // Upstream is what PrepareUpstream decided.

@@ -299,7 +299,7 @@ func TestHashMessage(t *testing.T) {
 
 func TestPrepareUpstream(t *testing.T) {
 	body := []byte(`{"model":"gpt-4.1","messages":[],"stream":true}`)
-	up, err := openAIAd.PrepareUpstream(body, "thr-1", true)
+	up, err := openAIAd.PrepareUpstream(body, Prepare{SessionID: "thr-1", Stream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,22 +312,22 @@ func TestPrepareUpstream(t *testing.T) {
 	}
 	// The client's own key and include_usage are kept.
 	own := []byte(`{"prompt_cache_key":"mine","stream_options":{"include_usage":true}}`)
-	up, _ = openAIAd.PrepareUpstream(own, "thr-1", true)
+	up, _ = openAIAd.PrepareUpstream(own, Prepare{SessionID: "thr-1", Stream: true})
 	if up.AddedUsage || up.SessionID != "mine" || string(up.Body) != string(own) {
 		t.Errorf("client values: %+v", up)
 	}
 	// DeepSeek: no session field, no usage injection.
-	up, _ = deepSeekAd.PrepareUpstream(body, "thr-1", true)
+	up, _ = deepSeekAd.PrepareUpstream(body, Prepare{SessionID: "thr-1", Stream: true})
 	if up.AddedUsage || up.SessionID != "" || string(up.Body) != string(body) {
 		t.Errorf("deepseek: %+v", up)
 	}
 	// Header-based sessions (OpenCode-style), no field.
 	oc := NewOpenAIChat(Dialect{Name: "opencode", SessionHeaders: []string{"x-opencode-session"}})
-	up, _ = oc.PrepareUpstream(body, "thr-9", false)
+	up, _ = oc.PrepareUpstream(body, Prepare{SessionID: "thr-9", Stream: false})
 	if diff := cmp.Diff([]Header{{"x-opencode-session", "thr-9"}}, up.Headers); diff != "" || up.SessionID != "thr-9" || up.AddedUsage {
 		t.Errorf("opencode: %+v %s", up, diff)
 	}
-	up, _ = geminiAd.PrepareUpstream(body, "thr-1", true)
+	up, _ = geminiAd.PrepareUpstream(body, Prepare{SessionID: "thr-1", Stream: true})
 	if up.SessionID != "" || up.AddedUsage || len(up.Headers) != 0 {
 		t.Errorf("gemini: %+v", up)
 	}

@@ -131,8 +131,9 @@ func (g *Gemini) WalkMessages(messages []byte, fn func(Message) bool) error {
 
 // PrepareUpstream implements Adapter: Gemini reports usage on every chunk
 // and caches by prefix, so only the configured session headers apply.
-func (g *Gemini) PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error) {
+func (g *Gemini) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	up := Upstream{Body: body}
+	sessionID := p.SessionID
 	if sessionID != "" && len(g.SessionHeaders) > 0 {
 		for _, h := range g.SessionHeaders {
 			up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})

@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"bytes"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -76,14 +77,15 @@ func arrayAt(body []byte, path string, known [][]byte) ([]byte, bool) {
 }
 
 // insertAbsentKey adds "key":value as the last member of the JSON object
-// body when the quoted key appears nowhere in body, so that it cannot be a
-// member already; it reports false (and changes nothing) otherwise, and
-// the caller falls back to a full parse. It reads body with vectorised
-// searches instead of walking the object, and keeps every byte of body
-// before the closing brace. A body with \u escapes of ASCII letters or
-// '_' (a key could be spelled with them) also falls back, as does a nil
-// value.
-func insertAbsentKey(body []byte, key string, value []byte) ([]byte, bool) {
+// body when the quoted key appears nowhere in body outside skip (a slice
+// of body holding no top-level key: the messages array), so that it
+// cannot be a member already; it reports false (and changes nothing)
+// otherwise, and the caller falls back to a full parse. It reads body
+// with vectorised searches instead of walking the object, and keeps every
+// byte of body before the closing brace. A body with \u escapes of ASCII
+// letters or '_' outside skip (a key could be spelled with them) also
+// falls back, as does a nil value.
+func insertAbsentKey(body, skip []byte, key string, value []byte) ([]byte, bool) {
 	i := skipSpace(body, 0)
 	end := len(body) - 1
 	for end > i && (body[end] == ' ' || body[end] == '\n' || body[end] == '\r' || body[end] == '\t') {
@@ -94,8 +96,10 @@ func insertAbsentKey(body []byte, key string, value []byte) ([]byte, bool) {
 	}
 	quoted := make([]byte, 0, len(key)+2)
 	quoted = append(append(append(quoted, '"'), key...), '"')
-	if bytes.Contains(body, quoted) || escapesASCIILetter(body) {
-		return nil, false
+	for _, part := range outside(body, skip) {
+		if bytes.Contains(part, quoted) || escapesASCIILetter(part) {
+			return nil, false
+		}
 	}
 	out := make([]byte, 0, len(body)+len(quoted)+len(value)+2)
 	out = append(out, body[:end]...)
@@ -104,6 +108,22 @@ func insertAbsentKey(body []byte, key string, value []byte) ([]byte, bool) {
 	}
 	out = append(append(append(out, quoted...), ':'), value...)
 	return append(out, body[end:]...), true
+}
+
+// outside returns body without sub, when sub is a slice of body: the part
+// before it and the part after it; else body whole. A needle that starts
+// with a quote cannot straddle sub, a JSON value.
+func outside(body, sub []byte) [][]byte {
+	if len(sub) == 0 || len(body) == 0 {
+		return [][]byte{body}
+	}
+	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
+	s0 := uintptr(unsafe.Pointer(unsafe.SliceData(sub)))
+	if s0 < b0 || s0+uintptr(len(sub)) > b0+uintptr(len(body)) {
+		return [][]byte{body}
+	}
+	off := int(s0 - b0)
+	return [][]byte{body[:off], body[off+len(sub):]}
 }
 
 // escapesASCIILetter reports whether b holds a \u005X, \u006X or \u007X
@@ -130,4 +150,12 @@ func plainJSONString(s string) []byte {
 	}
 	out := make([]byte, 0, len(s)+2)
 	return append(append(append(out, '"'), s...), '"')
+}
+
+// nonEmpty is nil for the empty JSON string, so nothing is inserted.
+func nonEmpty(quoted []byte) []byte {
+	if len(quoted) <= 2 {
+		return nil
+	}
+	return quoted
 }

@@ -64,9 +64,28 @@ func TestInsertAbsentKey(t *testing.T) {
 		{`[1]`, ``, false},
 		{`{"a":1`, ``, false},
 	} {
-		got, ok := insertAbsentKey([]byte(tc.body), "k", []byte(`"v"`))
+		got, ok := insertAbsentKey([]byte(tc.body), nil, "k", []byte(`"v"`))
 		if ok != tc.ok || string(got) != tc.want {
 			t.Errorf("insertAbsentKey(%s) = %s, %v; want %s, %v", tc.body, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// A key inside the skipped messages array does not count; one outside does.
+func TestInsertAbsentKeySkipsMessages(t *testing.T) {
+	body := []byte(`{"messages":[{"content":"\"k\":1 \u006b"}],"model":"m"}`)
+	msgs, _ := arrayAt(body, "messages", nil)
+	got, ok := insertAbsentKey(body, msgs, "k", []byte("1"))
+	if !ok || string(got) != `{"messages":[{"content":"\"k\":1 \u006b"}],"model":"m","k":1}` {
+		t.Fatalf("got %s, %v", got, ok)
+	}
+	body = []byte(`{"messages":[],"k":2}`)
+	msgs, _ = arrayAt(body, "messages", nil)
+	if _, ok := insertAbsentKey(body, msgs, "k", []byte("1")); ok {
+		t.Fatal("inserted a key the body has")
+	}
+	// A slice of another buffer is not skipped.
+	if _, ok := insertAbsentKey([]byte(`{"k":1}`), []byte(`{"k":1}`), "k", []byte("1")); ok {
+		t.Fatal("skipped a foreign slice")
 	}
 }

@@ -210,11 +210,12 @@ func openAIEmptyText(c gjson.Result) bool {
 // receives), returns the session headers, and for streams adds
 // stream_options.include_usage when the dialect wants it and the client did
 // not ask for it.
-func (a *OpenAIChat) PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error) {
+func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	up := Upstream{Body: body}
+	sessionID, stream := p.SessionID, p.Stream
 	var err error
 	if a.d.SessionField != "" && sessionID != "" {
-		if out, ok := insertAbsentKey(up.Body, a.d.SessionField, plainJSONString(sessionID)); ok {
+		if out, ok := insertAbsentKey(up.Body, p.Messages, a.d.SessionField, plainJSONString(sessionID)); ok {
 			up.Body, up.SessionID = out, sessionID
 		} else if cur := get(body, a.d.SessionField); cur.Exists() && cur.String() != "" {
 			up.SessionID = cur.String()
@@ -234,7 +235,13 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, sessionID string, stream bool)
 		}
 	}
 	if stream && a.d.InjectUsage {
-		if out, ok := insertAbsentKey(up.Body, "stream_options", []byte(`{"include_usage":true}`)); ok {
+		// up.Body may be a new buffer now: Messages no longer points into
+		// it, and the whole body is searched.
+		skip := p.Messages
+		if len(up.Body) != len(body) {
+			skip = nil
+		}
+		if out, ok := insertAbsentKey(up.Body, skip, "stream_options", []byte(`{"include_usage":true}`)); ok {
 			up.Body, up.AddedUsage = out, true
 			return up, nil
 		}

@@ -220,11 +220,14 @@ func responsesEmptyText(c gjson.Result) bool {
 // is what the upstream receives — and sets the dialect's session headers
 // to that same value, so body and headers agree. Responses streams always
 // carry usage in response.completed, so nothing is injected for it.
-func (a *Responses) PrepareUpstream(body []byte, sessionID string, stream bool) (Upstream, error) {
+func (a *Responses) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	up := Upstream{Body: body}
+	sessionID := p.SessionID
 	sid := sessionID
 	if a.d.SessionField != "" {
-		if cur := get(body, a.d.SessionField); cur.Type == gjson.String && cur.Str != "" {
+		if out, ok := insertAbsentKey(body, p.Messages, a.d.SessionField, nonEmpty(plainJSONString(sessionID))); ok {
+			up.Body = out
+		} else if cur := get(body, a.d.SessionField); cur.Type == gjson.String && cur.Str != "" {
 			sid = cur.Str
 		} else if sessionID != "" {
 			var err error

@@ -348,7 +348,7 @@ func TestResponsesPrepareUpstream(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			up, err := tc.ad.PrepareUpstream([]byte(tc.body), tc.sid, true)
+			up, err := tc.ad.PrepareUpstream([]byte(tc.body), Prepare{SessionID: tc.sid, Stream: true})
 			if err != nil {
 				t.Fatal(err)
 			}

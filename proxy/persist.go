@@ -468,7 +468,11 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	if !t.ownThread {
 		sid = t.s.instanceSessionID(rctx, t.up.cfg.Name, t.model)
 	}
-	up, err := ad.PrepareUpstream(body, sid, ex.op.Stream)
+	prep := adapters.Prepare{SessionID: sid, Stream: ex.op.Stream}
+	if bytes.Equal(composed, messages) {
+		prep.Messages = messages // a slice of body: searches skip it
+	}
+	up, err := ad.PrepareUpstream(body, prep)
 	if err != nil {
 		return nil, err
 	}
