@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"strconv"
+
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
+	"github.com/cespare/xxhash/v2"
 	"strings"
 )
 
@@ -41,8 +44,15 @@ func threadSessionID(tenant, thread string) string {
 }
 
 // fingerprint identifies a request body, so an X-Run-Id reused with a
-// different body is told from a retry.
+// different body is told from a retry. It guards against a client's own
+// mistake, not an attacker (a run id is the client's own), so a fast
+// non-cryptographic hash of the body and its length does: XXH64 reads a
+// 38 KB history in a few microseconds where SHA-256 took about 30.
 func fingerprint(body []byte) string {
-	sum := sha256.Sum256(body)
-	return hex.EncodeToString(sum[:12])
+	var b [len("xx") + 16 + 8]byte
+	out := append(b[:0], "xx"...)
+	out = strconv.AppendUint(out, xxhash.Sum64(body), 16)
+	out = append(out, '.')
+	out = strconv.AppendInt(out, int64(len(body)), 36)
+	return string(out)
 }
