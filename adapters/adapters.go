@@ -233,6 +233,9 @@ type Adapter interface {
 	// provider's rule for what is sent back. It returns incoming itself
 	// when nothing changed.
 	Restore(incoming, stored []byte, model string) ([]byte, []Restored, error)
+	// Restorable reports whether a stored message carries a field Restore
+	// could put back; Restore changes nothing when no stored message does.
+	Restorable(stored []byte) bool
 	// PrepareUpstream injects the session id (when the format uses one)
 	// and, for streams, asks for usage. It returns the new body, header
 	// edits, the session id the upstream receives ("" if none) and whether

@@ -446,6 +446,11 @@ func responsesFinish(status, reason string, hasCalls bool) (FinishReason, string
 	return FinishNone, status
 }
 
+// Restorable implements Adapter.
+func (a *Responses) Restorable(stored []byte) bool {
+	return bytes.Contains(stored, []byte(`"reasoning"`))
+}
+
 // Restore implements Adapter for Responses input items. It puts back
 // reasoning items a client dropped and encrypted_content a client
 // stripped, taking them from the stored thread's items:
@@ -466,7 +471,7 @@ func responsesFinish(status, reason string, hasCalls bool) (FinishReason, string
 // returned array. The model does not select anything. Bytes outside the
 // edits are kept; incoming itself is returned when nothing changed.
 func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
-	if !bytes.Contains(stored, []byte(`"reasoning"`)) {
+	if !a.Restorable(stored) {
 		return incoming, nil, nil // no reasoning item stored: nothing to restore
 	}
 	in := gjson.Parse(str(incoming))

@@ -78,6 +78,11 @@ func elements(arr gjson.Result) []gjson.Result {
 	return out
 }
 
+// Restorable implements Adapter.
+func (a *OpenAIChat) Restorable(stored []byte) bool {
+	return bytes.Contains(stored, []byte(`"reasoning_content"`)) || bytes.Contains(stored, []byte(`"thought_signature"`))
+}
+
 // Restore implements Adapter for chat messages. An incoming assistant
 // message matches a stored one by its tool-call ids; one without ids
 // matches the stored assistant message at the same position among
@@ -87,7 +92,7 @@ func elements(arr gjson.Result) []gjson.Result {
 // and extra_content.google.thought_signature on the message and on each
 // tool call (matched by id, else by position).
 func (a *OpenAIChat) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
-	if !bytes.Contains(stored, []byte(`"reasoning_content"`)) && !bytes.Contains(stored, []byte(`"thought_signature"`)) {
+	if !a.Restorable(stored) {
 		return incoming, nil, nil // nothing stored that could be restored: skip the walk
 	}
 	in := gjson.Parse(str(incoming))
@@ -269,6 +274,11 @@ func argsEqual(a, b string) bool {
 	return false
 }
 
+// Restorable implements Adapter.
+func (g *Gemini) Restorable(stored []byte) bool {
+	return bytes.Contains(stored, []byte(`"thoughtSignature"`))
+}
+
 // Restore implements Adapter for Gemini contents. An incoming model Content
 // matches a stored one by functionCall ids where it has them, else the
 // stored model Content at the same position among model Contents when their
@@ -278,7 +288,7 @@ func argsEqual(a, b string) bool {
 // text parts and on thought parts (aligned by order when the counts agree).
 // The model does not select anything: Gemini wants signatures back always.
 func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
-	if !bytes.Contains(stored, []byte(`"thoughtSignature"`)) {
+	if !g.Restorable(stored) {
 		return incoming, nil, nil // no signature stored: nothing to restore
 	}
 	in := gjson.Parse(str(incoming))

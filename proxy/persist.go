@@ -40,6 +40,7 @@ type turn struct {
 
 	storedHashes []store.Hash // the thread as loaded, for the transcript diff
 	storedMsgs   [][]byte     // its messages, byte for byte as stored
+	kept         *cachedThread // the thread cache's copy of them, if any
 	parts        [][]byte     // the messages sent upstream, one slice each
 	hashes       []store.Hash
 	infos        []msgInfo // what compose read of each part, for the thread cache
@@ -312,17 +313,28 @@ func isEmptyArray(raw []byte) bool {
 func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread store.Thread, kept *cachedThread, body, messages []byte, empty bool) ([]byte, error) {
 	ad := t.ad
 	var err error
-	var stored []byte
+	// The stored messages as one array, made on first use (append,
+	// continue, restore and previous_response_id need it).
+	var storedArr []byte
+	stored := func() []byte {
+		if storedArr == nil {
+			if kept != nil {
+				storedArr = kept.array()
+			} else {
+				storedArr = joinArray(thread.Messages)
+			}
+		}
+		return storedArr
+	}
 	if kept != nil {
-		thread.Messages, thread.Hashes, stored = kept.msgs, kept.hashes, kept.joined
-	} else {
-		stored = joinArray(thread.Messages)
+		thread.Messages, thread.Hashes = kept.msgs, kept.hashes
+		t.kept = kept
 	}
 	t.storedHashes, t.storedMsgs = thread.Hashes, thread.Messages
 	if ad.Format() == adapters.FormatOpenAIResponses && t.up.cfg.ExpandPreviousResponse && len(thread.Messages) > 0 {
 		// A stateless upstream cannot resolve previous_response_id: send
 		// the thread's items instead, and the new input after them.
-		if expanded, err := adapters.ExpandPreviousResponse(body, stored); err != nil {
+		if expanded, err := adapters.ExpandPreviousResponse(body, stored()); err != nil {
 			return nil, err
 		} else if len(expanded) != len(body) {
 			body = expanded
@@ -335,9 +347,9 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	var composed []byte
 	switch {
 	case empty:
-		composed = stored
+		composed = stored()
 	case t.mode == modeAppend && len(thread.Messages) > 0:
-		composed = concatArrays(stored, messages)
+		composed = concatArrays(stored(), messages)
 	default:
 		composed = messages
 	}
@@ -369,8 +381,9 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	// Restore fields the client dropped, from the stored thread. A
 	// history repeated byte for byte has dropped nothing.
 	var restoredList []adapters.Restored
-	if len(thread.Messages) > 0 && !empty && !allKnown {
-		if composed, restoredList, err = ad.Restore(composed, stored, t.model); err != nil {
+	restorable := kept == nil || kept.restorable
+	if len(thread.Messages) > 0 && !empty && !allKnown && restorable {
+		if composed, restoredList, err = ad.Restore(composed, stored(), t.model); err != nil {
 			return nil, err
 		}
 		if len(restoredList) > 0 {
@@ -752,7 +765,8 @@ func (t *turn) finish(o outcome) error {
 			k++
 		}
 		written = append(t.storedMsgs[:k:k], written[k:]...)
-		t.s.threads.put(newCachedThread(t.key, t.ad.Format(), written, writtenHashes, infos))
+		// written[:k] are the kept messages themselves (t.storedMsgs).
+		t.s.threads.put(newCachedThread(t.ad, t.key, written, writtenHashes, infos, t.kept, min(k, len(t.storedMsgs))))
 	} else {
 		t.s.threads.drop(t.key)
 	}

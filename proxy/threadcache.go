@@ -36,12 +36,24 @@ type threadCache struct {
 type cachedThread struct {
 	key    store.Key
 	format adapters.Format
-	digest string   // store.Digest(hashes)
-	joined []byte   // the messages as one JSON array; msgs slice it
-	msgs   [][]byte // raw messages, byte-for-byte as stored
-	hashes []store.Hash
-	info   []msgInfo
-	size   int64
+	digest string // store.Digest(hashes)
+	// buf is the messages as a JSON array without its closing bracket;
+	// msgs slice it. The next transcript, when it only adds messages,
+	// appends them in place past len(buf) (extended makes that happen at
+	// most once per entry), so a long thread is not copied every turn; no
+	// reader of this entry ever looks past len(buf).
+	buf        []byte
+	extended   atomic.Bool
+	msgs       [][]byte // raw messages, byte-for-byte as stored
+	hashes     []store.Hash
+	info       []msgInfo
+	restorable bool // some message carries a field Restore could put back
+	size       int64
+}
+
+// array returns the messages as a JSON array (a copy).
+func (ct *cachedThread) array() []byte {
+	return append(ct.buf[:len(ct.buf):len(ct.buf)], ']')
 }
 
 // msgInfo is what compose reads of one message.
@@ -131,18 +143,41 @@ func (c *threadCache) drop(k store.Key) {
 	}
 }
 
-// newCachedThread keeps msgs (copied into one array) with their hashes
-// and infos; infos[i] belongs to msgs[i].
-func newCachedThread(k store.Key, f adapters.Format, msgs [][]byte, hashes []store.Hash, info []msgInfo) *cachedThread {
-	joined := joinArray(msgs)
-	ct := &cachedThread{key: k, format: f, digest: store.Digest(hashes), joined: joined,
-		msgs: make([][]byte, len(msgs)), hashes: hashes, info: info}
-	off := 1
-	for i, m := range msgs {
-		ct.msgs[i] = joined[off : off+len(m) : off+len(m)]
-		off += len(m) + 1
+// newCachedThread keeps msgs with their hashes and infos; infos[i] belongs
+// to msgs[i]. base, when not nil, holds msgs[:keep] byte for byte: when
+// that is all of it, the new messages are appended to its buffer instead
+// of copying them all, and the messages taken from it are not searched
+// again for restorable fields.
+func newCachedThread(ad adapters.Adapter, k store.Key, msgs [][]byte, hashes []store.Hash, info []msgInfo, base *cachedThread, keep int) *cachedThread {
+	ct := &cachedThread{key: k, format: ad.Format(), digest: store.Digest(hashes), hashes: hashes, info: info}
+	from, scanFrom := 0, 0
+	if base != nil && !base.restorable {
+		scanFrom = keep // a prefix of base has no restorable field either
 	}
-	ct.size = int64(len(joined)) + int64(len(msgs))*(24+16+64) + 256 + sizeOf(info)
+	if base != nil && keep == len(base.msgs) && keep <= len(msgs) && base.extended.CompareAndSwap(false, true) {
+		from = keep
+		ct.buf, ct.restorable = base.buf, base.restorable
+		ct.msgs = append(make([][]byte, 0, len(msgs)), base.msgs...)
+	} else {
+		n := 1
+		for _, m := range msgs {
+			n += len(m) + 1
+		}
+		ct.buf = append(make([]byte, 0, n+n/4+1024), '[')
+		ct.msgs = make([][]byte, 0, len(msgs))
+	}
+	for i, m := range msgs[from:] {
+		if len(ct.msgs) > 0 {
+			ct.buf = append(ct.buf, ',')
+		}
+		off := len(ct.buf)
+		ct.buf = append(ct.buf, m...)
+		ct.msgs = append(ct.msgs, ct.buf[off:len(ct.buf):len(ct.buf)])
+		if from+i >= scanFrom && !ct.restorable {
+			ct.restorable = ad.Restorable(m)
+		}
+	}
+	ct.size = int64(cap(ct.buf)) + int64(len(msgs))*(24+16+64) + 256 + sizeOf(info)
 	return ct
 }
 
@@ -171,9 +206,9 @@ func infoOf(ad adapters.Adapter, m adapters.Message) msgInfo {
 // threadFromStore builds the entry for a thread read from the store,
 // parsing every message once.
 func threadFromStore(ad adapters.Adapter, th store.Thread) *cachedThread {
-	ct := newCachedThread(th.Key, ad.Format(), th.Messages, th.Hashes, make([]msgInfo, len(th.Messages)))
+	ct := newCachedThread(ad, th.Key, th.Messages, th.Hashes, make([]msgInfo, len(th.Messages)), nil, 0)
 	i := 0
-	_ = ad.WalkMessages(ct.joined, func(m adapters.Message) bool {
+	_ = ad.WalkMessages(ct.array(), func(m adapters.Message) bool {
 		if i < len(ct.info) {
 			ct.info[i] = infoOf(ad, m)
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -146,4 +148,54 @@ func sep(s string) string {
 		return ""
 	}
 	return ","
+}
+
+// A transcript that only adds messages shares its predecessor's buffer;
+// a second successor of the same entry gets its own, and no entry's
+// messages change.
+func TestCachedThreadSharesItsBuffer(t *testing.T) {
+	ad := openAIAdapter
+	k := store.Key{Tenant: "t", Thread: "x"}
+	msg := func(s string) []byte { return []byte(`{"role":"user","content":"` + s + `"}`) }
+	hashesOf := func(ms [][]byte) []store.Hash {
+		hs := make([]store.Hash, len(ms))
+		for i, m := range ms {
+			hs[i] = store.Hash(adapters.HashMessage(m))
+		}
+		return hs
+	}
+	base := [][]byte{msg("a"), msg("b")}
+	e := newCachedThread(ad, k, base, hashesOf(base), make([]msgInfo, 2), nil, 0)
+	grown := append(slices.Clone(base), msg("c"))
+	e1 := newCachedThread(ad, k, grown, hashesOf(grown), make([]msgInfo, 3), e, 2)
+	other := append(slices.Clone(base), msg("d"))
+	e2 := newCachedThread(ad, k, other, hashesOf(other), make([]msgInfo, 3), e, 2)
+	if &e1.buf[0] != &e.buf[0] {
+		t.Error("the first successor copied the buffer")
+	}
+	if &e2.buf[0] == &e.buf[0] {
+		t.Error("the second successor shares the buffer the first one extended")
+	}
+	for _, c := range []struct {
+		ct   *cachedThread
+		want string
+	}{
+		{e, `[{"role":"user","content":"a"},{"role":"user","content":"b"}]`},
+		{e1, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]`},
+		{e2, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"d"}]`},
+	} {
+		if got := string(c.ct.array()); got != c.want {
+			t.Errorf("array = %s, want %s", got, c.want)
+		}
+		if got := string(joinArray(c.ct.msgs)); got != c.want {
+			t.Errorf("msgs = %s, want %s", got, c.want)
+		}
+		if c.ct.digest != store.Digest(c.ct.hashes) || c.ct.restorable {
+			t.Errorf("digest or restorable wrong: %+v", c.ct)
+		}
+	}
+	r := [][]byte{msg("a"), []byte(`{"role":"assistant","content":"x","reasoning_content":"r"}`)}
+	if e3 := newCachedThread(ad, k, r, hashesOf(r), make([]msgInfo, 2), e, 1); !e3.restorable {
+		t.Error("a reasoning_content message is not restorable")
+	}
 }
