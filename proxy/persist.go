@@ -38,10 +38,10 @@ type turn struct {
 	mode  string
 	model string
 
-	storedHashes []store.Hash // the thread as loaded, for the transcript diff
-	storedMsgs   [][]byte     // its messages, byte for byte as stored
+	storedHashes []store.Hash  // the thread as loaded, for the transcript diff
+	storedMsgs   [][]byte      // its messages, byte for byte as stored
 	kept         *cachedThread // the thread cache's copy of them, if any
-	parts        [][]byte     // the messages sent upstream, one slice each
+	parts        [][]byte      // the messages sent upstream, one slice each
 	hashes       []store.Hash
 	infos        []msgInfo // what compose read of each part, for the thread cache
 	system       []byte
