@@ -65,6 +65,11 @@ func validArray(arr []byte, known [][]byte) bool {
 // arrayAt returns the array at path, a slice of body, when it is one and
 // valid (its known leading elements taken as valid).
 func arrayAt(body []byte, path string, known [][]byte) ([]byte, bool) {
+	if len(known) > 0 {
+		if arr, ok := knownArrayAt(body, path, known); ok {
+			return arr, validArray(arr, known)
+		}
+	}
 	r := get(body, path)
 	if !r.IsArray() {
 		return nil, false
@@ -158,4 +163,135 @@ func nonEmpty(quoted []byte) []byte {
 		return nil
 	}
 	return quoted
+}
+
+// knownArrayAt finds the array at the top-level key of body and the
+// elements it repeats from known without reading them: the array's
+// start comes from a walk over the members before it, its known elements
+// from KnownPrefix (a memcmp each), its end from skipping the rest. ok is
+// false when that does not apply (no known element repeated, an escaped
+// key, not an array, malformed JSON); the caller then reads the body with
+// gjson as for any other request.
+func knownArrayAt(body []byte, key string, known [][]byte) (arr []byte, ok bool) {
+	start, ok := topLevelValue(body, key)
+	if !ok || start >= len(body) || body[start] != '[' {
+		return nil, false
+	}
+	k, off := KnownPrefix(body[start:], known)
+	if k == 0 {
+		return nil, false
+	}
+	i := start + off
+	for {
+		i = skipSpace(body, i)
+		if i >= len(body) {
+			return nil, false
+		}
+		if body[i] == ']' {
+			return body[start : i+1], true
+		}
+		if i, ok = skipValue(body, i); !ok {
+			return nil, false
+		}
+		i = skipSpace(body, i)
+		if i < len(body) && body[i] == ',' {
+			i++
+		} else if i >= len(body) || body[i] != ']' {
+			return nil, false
+		}
+	}
+}
+
+// topLevelValue returns the offset of the value of the first top-level
+// member named key. It gives up (ok false) on a key spelled with escapes.
+func topLevelValue(body []byte, key string) (int, bool) {
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return 0, false
+	}
+	i++
+	for {
+		i = skipSpace(body, i)
+		if i >= len(body) || body[i] != '"' {
+			return 0, false
+		}
+		j := i + 1
+		for j < len(body) && body[j] != '"' {
+			if body[j] == '\\' {
+				return 0, false
+			}
+			j++
+		}
+		if j >= len(body) {
+			return 0, false
+		}
+		name := body[i+1 : j]
+		i = skipSpace(body, j+1)
+		if i >= len(body) || body[i] != ':' {
+			return 0, false
+		}
+		i = skipSpace(body, i+1)
+		if string(name) == key {
+			return i, true
+		}
+		var ok bool
+		if i, ok = skipValue(body, i); !ok {
+			return 0, false
+		}
+		i = skipSpace(body, i)
+		if i >= len(body) || body[i] != ',' {
+			return 0, false
+		}
+		i++
+	}
+}
+
+// skipValue returns the offset just past the JSON value at b[i:]. It
+// follows strings and nesting only; the value is validated elsewhere.
+func skipValue(b []byte, i int) (int, bool) {
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; c {
+		case '"':
+			j := i + 1
+			for {
+				q := bytes.IndexByte(b[j:], '"')
+				if q < 0 {
+					return 0, false
+				}
+				j += q
+				bs := 0
+				for k := j - 1; k > i && b[k] == '\\'; k-- {
+					bs++
+				}
+				if bs%2 == 0 {
+					break
+				}
+				j++
+			}
+			i = j + 1
+		case '{', '[':
+			depth++
+			i++
+		case '}', ']':
+			depth--
+			i++
+			if depth < 0 {
+				return 0, false
+			}
+		default:
+			if depth == 0 {
+				// A number or literal: up to the next delimiter.
+				for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] > ' ' {
+					i++
+				}
+				return i, true
+			}
+			i++
+		}
+		if depth == 0 {
+			return i, true
+		}
+	}
+	return 0, false
 }

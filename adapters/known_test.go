@@ -1,6 +1,10 @@
 package adapters
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
 
 func TestKnownPrefix(t *testing.T) {
 	known := [][]byte{[]byte(`{"a":1}`), []byte(`{"b":[1,2]}`), []byte(`"s"`)}
@@ -88,4 +92,56 @@ func TestInsertAbsentKeySkipsMessages(t *testing.T) {
 	if _, ok := insertAbsentKey([]byte(`{"k":1}`), []byte(`{"k":1}`), "k", []byte("1")); ok {
 		t.Fatal("skipped a foreign slice")
 	}
+}
+
+// knownArrayAt finds the same array gjson does, for every body the
+// table and the fuzzer give, whichever of its leading elements are known.
+func checkKnownArrayAt(t *testing.T, body []byte) {
+	t.Helper()
+	if !gjson.ValidBytes(body) {
+		return
+	}
+	r := gjson.GetBytes(body, "messages")
+	var elems [][]byte
+	if r.IsArray() {
+		r.ForEach(func(_, v gjson.Result) bool {
+			elems = append(elems, []byte(v.Raw))
+			return true
+		})
+	}
+	for k := 0; k <= len(elems); k++ {
+		got, ok := knownArrayAt(body, "messages", elems[:k])
+		if !ok {
+			continue // the gjson path answers
+		}
+		if !r.IsArray() || string(got) != r.Raw {
+			t.Fatalf("knownArrayAt(%s, %d known) = %s; gjson finds %s", body, k, got, r.Raw)
+		}
+		if want, _ := arrayAt(body, "messages", nil); string(want) != string(got) {
+			t.Fatalf("arrayAt differs with and without known elements: %s vs %s", got, want)
+		}
+	}
+}
+
+func TestKnownArrayAt(t *testing.T) {
+	for _, b := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b \"]\" \\"}],"stream":false}`,
+		`{"a":{"messages":[1]},"messages":[ {"x":[1,{"y":"]"}]} , "s", 3, true, null ],"b":[1,2]}`,
+		`{"messages":[],"messages":[1]}`,
+		`{"n":-1.5e3,"t":true,"messages":[{"k":"v"}]}`,
+		`{"m\u0065ssages":[1],"messages":[2]}`,
+		`{"messages":"text"}`,
+		`[1,2]`,
+	} {
+		checkKnownArrayAt(t, []byte(b))
+	}
+	if _, ok := knownArrayAt([]byte(`{"messages":[{"a":1},{"b":2}]}`), "messages", [][]byte{[]byte(`{"a":1}`)}); !ok {
+		t.Fatal("the fast path did not apply to a plain body")
+	}
+}
+
+func FuzzKnownArrayAt(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`))
+	f.Add([]byte(`{"messages":[{"x":"\\\""},"s\\\\",[[]]],"z":{"messages":1}}`))
+	f.Fuzz(func(t *testing.T, body []byte) { checkKnownArrayAt(t, body) })
 }
