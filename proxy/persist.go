@@ -529,17 +529,19 @@ func (t *turn) validBySkims(kept *cachedThread, known int, tail []byte) bool {
 	}
 	f := t.ad.Format()
 	skim := skimOf(f)
-	skims := make([]repair.Skim, 0, known+4)
-	for i := 0; i < known; i++ {
-		skims = append(skims, kept.info[i].skim)
-	}
+	var tailSkims []repair.Skim
 	if err := t.ad.WalkMessages(tail, func(m adapters.Message) bool {
-		skims = append(skims, skim(m.Raw))
+		tailSkims = append(tailSkims, skim(m.Raw))
 		return true
 	}); err != nil {
 		return false
 	}
-	return validSkims(f, skims)
+	return validSkimsAt(f, known+len(tailSkims), func(i int) *repair.Skim {
+		if i < known {
+			return &kept.info[i].skim
+		}
+		return &tailSkims[i-known]
+	})
 }
 
 // findParked looks for the run this request resumes: the newest run that

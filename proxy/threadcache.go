@@ -233,13 +233,13 @@ func skimOf(f adapters.Format) func([]byte) repair.Skim {
 	return repair.SkimOpenAIChat
 }
 
-// validSkims is repair's validity check of a format, read off skims.
-func validSkims(f adapters.Format, skims []repair.Skim) bool {
+// validSkimsAt is repair's validity check of a format, read off n skims.
+func validSkimsAt(f adapters.Format, n int, at func(int) *repair.Skim) bool {
 	switch f {
 	case adapters.FormatGemini:
-		return repair.ValidGeminiSkims(skims)
+		return repair.ValidGeminiSkimsAt(n, at)
 	case adapters.FormatOpenAIResponses:
-		return repair.ValidResponsesSkims(skims)
+		return repair.ValidResponsesSkimsAt(n, at)
 	}
-	return repair.ValidOpenAIChatSkims(skims)
+	return repair.ValidOpenAIChatSkimsAt(n, at)
 }

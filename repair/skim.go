@@ -107,9 +107,15 @@ func SkimResponses(item []byte) Skim {
 // these skims were made from as it is: the same check as its own scan,
 // read off the skims.
 func ValidOpenAIChatSkims(skims []Skim) bool {
+	return ValidOpenAIChatSkimsAt(len(skims), func(i int) *Skim { return &skims[i] })
+}
+
+// ValidOpenAIChatSkimsAt is ValidOpenAIChatSkims over n skims that at
+// returns in order, for a caller whose skims are not in one slice.
+func ValidOpenAIChatSkimsAt(n int, at func(int) *Skim) bool {
 	var c oaCheck
-	for i := range skims {
-		s := &skims[i]
+	for i := 0; i < n; i++ {
+		s := at(i)
 		if s.kind == skimTool {
 			if !c.result(s.ids[0]) {
 				return false
@@ -136,10 +142,15 @@ func ValidOpenAIChatSkims(skims []Skim) bool {
 
 // ValidGeminiSkims is ValidOpenAIChatSkims for Gemini's scan.
 func ValidGeminiSkims(skims []Skim) bool {
+	return ValidGeminiSkimsAt(len(skims), func(i int) *Skim { return &skims[i] })
+}
+
+// ValidGeminiSkimsAt is ValidGeminiSkims over n skims that at returns.
+func ValidGeminiSkimsAt(n int, at func(int) *Skim) bool {
 	var set idSet
 	var p pending
-	for i := range skims {
-		s := &skims[i]
+	for i := 0; i < n; i++ {
+		s := at(i)
 		if !s.model && p.n > 0 {
 			for _, gp := range s.parts {
 				if gp.response && !p.answer(gp.id, gp.name, gp.hasID) {
@@ -172,11 +183,16 @@ func ValidGeminiSkims(skims []Skim) bool {
 
 // ValidResponsesSkims is ValidOpenAIChatSkims for the Responses scan.
 func ValidResponsesSkims(skims []Skim) bool {
+	return ValidResponsesSkimsAt(len(skims), func(i int) *Skim { return &skims[i] })
+}
+
+// ValidResponsesSkimsAt is ValidResponsesSkims over n skims that at returns.
+func ValidResponsesSkimsAt(n int, at func(int) *Skim) bool {
 	var set idSet
 	var p pending
 	inBlock := false
-	for i := range skims {
-		s := &skims[i]
+	for i := 0; i < n; i++ {
+		s := at(i)
 		switch s.kind {
 		case skimCalls, skimReasoning:
 			if inBlock {
