@@ -295,3 +295,86 @@ func skipValue(b []byte, i int) (int, bool) {
 	}
 	return 0, false
 }
+
+// modelAndStream reads the top-level "model" (a string) and "stream" (a
+// bool) as gjson would, in one walk over the members that skips values
+// without parsing them (a history of 200 messages is mostly string bytes,
+// which the skip passes with a vectorised search). A body the walk cannot
+// read (an escaped key, malformed JSON) is read with gjson.
+func modelAndStream(body []byte) (model string, stream bool) {
+	var modelRaw, streamRaw []byte
+	var seenModel, seenStream bool
+	ok := walkTopLevel(body, func(key, val []byte) bool {
+		switch {
+		case !seenModel && string(key) == "model":
+			modelRaw, seenModel = val, true
+		case !seenStream && string(key) == "stream":
+			streamRaw, seenStream = val, true
+		}
+		return !(seenModel && seenStream)
+	})
+	if !ok {
+		return get(body, "model").String(), get(body, "stream").Bool()
+	}
+	if modelRaw != nil {
+		model = gjson.ParseBytes(modelRaw).String()
+	}
+	if streamRaw != nil {
+		stream = gjson.ParseBytes(streamRaw).Bool()
+	}
+	return model, stream
+}
+
+// walkTopLevel calls fn with each top-level member's key and raw value
+// until fn returns false. ok is false when body is not an object it can
+// read (a key with escapes, malformed JSON): nothing it reported can then
+// be relied on.
+func walkTopLevel(body []byte, fn func(key, val []byte) bool) (ok bool) {
+	i := skipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return false
+	}
+	i = skipSpace(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		return true
+	}
+	for {
+		if i >= len(body) || body[i] != '"' {
+			return false
+		}
+		j := i + 1
+		for j < len(body) && body[j] != '"' {
+			if body[j] == '\\' {
+				return false
+			}
+			j++
+		}
+		if j >= len(body) {
+			return false
+		}
+		key := body[i+1 : j]
+		i = skipSpace(body, j+1)
+		if i >= len(body) || body[i] != ':' {
+			return false
+		}
+		i = skipSpace(body, i+1)
+		end, ok := skipValue(body, i)
+		if !ok {
+			return false
+		}
+		if !fn(key, body[i:end]) {
+			return true
+		}
+		i = skipSpace(body, end)
+		if i >= len(body) {
+			return false
+		}
+		if body[i] == '}' {
+			return true
+		}
+		if body[i] != ',' {
+			return false
+		}
+		i = skipSpace(body, i+1)
+	}
+}

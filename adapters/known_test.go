@@ -145,3 +145,41 @@ func FuzzKnownArrayAt(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"x":"\\\""},"s\\\\",[[]]],"z":{"messages":1}}`))
 	f.Fuzz(func(t *testing.T, body []byte) { checkKnownArrayAt(t, body) })
 }
+
+// modelAndStream reads what gjson reads.
+func checkModelAndStream(t *testing.T, body []byte) {
+	t.Helper()
+	model, stream := modelAndStream(body)
+	if want := gjson.GetBytes(body, "model").String(); model != want {
+		t.Fatalf("model of %s = %q, gjson says %q", body, model, want)
+	}
+	if want := gjson.GetBytes(body, "stream").Bool(); stream != want {
+		t.Fatalf("stream of %s = %v, gjson says %v", body, stream, want)
+	}
+}
+
+func TestModelAndStream(t *testing.T) {
+	for _, b := range []string{
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"x \"stream\":true"}],"stream":true}`,
+		`{"messages":[],"model":"m\u00e9","stream":false}`,
+		`{"stream":"true","model":1}`,
+		`{"stream":true,"stream":false,"model":"a","model":"b"}`,
+		`{"str\u0065am":true}`,
+		`{}`,
+		`{"model":null}`,
+		`[]`,
+		`{"a":{"stream":true},"b":[{"model":"x"}]}`,
+	} {
+		checkModelAndStream(t, []byte(b))
+	}
+}
+
+func FuzzModelAndStream(f *testing.F) {
+	f.Add([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	f.Add([]byte(`{"stream":1,"model":"\"m\""}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if gjson.ValidBytes(body) {
+			checkModelAndStream(t, body)
+		}
+	})
+}

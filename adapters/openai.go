@@ -114,8 +114,10 @@ func (a *OpenAIChat) Classify(method, path, query string, body []byte) Op {
 	if method != "POST" || !strings.HasSuffix(p, "/chat/completions") {
 		return Op{Kind: OpPassThrough}
 	}
-	op := Op{Kind: OpGenerate, Model: get(body, "model").String()}
-	if get(body, "stream").Bool() {
+	op := Op{Kind: OpGenerate}
+	model, stream := modelAndStream(body)
+	op.Model = model
+	if stream {
 		op.Stream, op.Framing = true, FramingSSE
 	}
 	return op

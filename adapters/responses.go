@@ -74,8 +74,10 @@ func (a *Responses) Classify(method, path, query string, body []byte) Op {
 	if method != "POST" || !strings.HasSuffix(p, "/responses") {
 		return Op{Kind: OpPassThrough}
 	}
-	op := Op{Kind: OpGenerate, Model: get(body, "model").String()}
-	if get(body, "stream").Bool() {
+	op := Op{Kind: OpGenerate}
+	model, stream := modelAndStream(body)
+	op.Model = model
+	if stream {
 		op.Stream, op.Framing = true, FramingSSE
 	}
 	return op
