@@ -54,6 +54,12 @@ func validArray(arr []byte, known [][]byte) bool {
 	if k == 0 {
 		return gjson.Valid(str(arr))
 	}
+	return validTail(arr, off)
+}
+
+// validTail reports whether arr, a JSON array whose elements before off
+// are known to be valid, is valid.
+func validTail(arr []byte, off int) bool {
 	if off < len(arr) && arr[off] == ']' {
 		return skipSpace(arr, off+1) == len(arr)
 	}
@@ -66,8 +72,8 @@ func validArray(arr []byte, known [][]byte) bool {
 // valid (its known leading elements taken as valid).
 func arrayAt(body []byte, path string, known [][]byte) ([]byte, bool) {
 	if len(known) > 0 {
-		if arr, ok := knownArrayAt(body, path, known); ok {
-			return arr, validArray(arr, known)
+		if arr, tailAt, ok := knownArrayAt(body, path, known); ok {
+			return arr, validTail(arr, tailAt)
 		}
 	}
 	r := get(body, path)
@@ -172,32 +178,35 @@ func nonEmpty(quoted []byte) []byte {
 // false when that does not apply (no known element repeated, an escaped
 // key, not an array, malformed JSON); the caller then reads the body with
 // gjson as for any other request.
-func knownArrayAt(body []byte, key string, known [][]byte) (arr []byte, ok bool) {
+//
+// tailAt is the offset in arr of the first element that is not known (or
+// of the closing bracket).
+func knownArrayAt(body []byte, key string, known [][]byte) (arr []byte, tailAt int, ok bool) {
 	start, ok := topLevelValue(body, key)
 	if !ok || start >= len(body) || body[start] != '[' {
-		return nil, false
+		return nil, 0, false
 	}
 	k, off := KnownPrefix(body[start:], known)
 	if k == 0 {
-		return nil, false
+		return nil, 0, false
 	}
 	i := start + off
 	for {
 		i = skipSpace(body, i)
 		if i >= len(body) {
-			return nil, false
+			return nil, 0, false
 		}
 		if body[i] == ']' {
-			return body[start : i+1], true
+			return body[start : i+1], off, true
 		}
 		if i, ok = skipValue(body, i); !ok {
-			return nil, false
+			return nil, 0, false
 		}
 		i = skipSpace(body, i)
 		if i < len(body) && body[i] == ',' {
 			i++
 		} else if i >= len(body) || body[i] != ']' {
-			return nil, false
+			return nil, 0, false
 		}
 	}
 }
