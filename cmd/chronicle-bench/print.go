@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // dash prints a distribution field or "-" when there is none.
@@ -56,14 +57,26 @@ func mainRows(rows []*Row) (headers []string, out [][]string) {
 	return headers, out
 }
 
-// scalingRows compares CPU per request at the two thread lengths.
+// scalingRows compares CPU per request at the two thread lengths: the
+// whole process, and for a persisted target its persistence work alone
+// (minus chronicle-pass at the same length: relaying the bigger bodies
+// costs the same with persistence off).
 func scalingRows(rows []*Row) (headers []string, out [][]string) {
-	headers = []string{"target", "cpu s/1k replace", "cpu s/1k replace-long", "ratio", "p50 replace", "p50 replace-long"}
-	short := map[string]*Row{}
+	headers = []string{"target", "cpu s/1k replace", "cpu s/1k replace-long", "ratio", "persistence only", "p50 replace", "p50 replace-long"}
+	short, long := map[string]*Row{}, map[string]*Row{}
 	for _, r := range rows {
-		if r.Workload == "replace" {
+		switch r.Workload {
+		case "replace":
 			short[r.Target] = r
+		case "replace-long":
+			long[r.Target] = r
 		}
+	}
+	ratio := func(a, b float64) string {
+		if b <= 0 {
+			return "-"
+		}
+		return strconv.FormatFloat(a/b, 'f', 1, 64) + "x"
 	}
 	for _, r := range rows {
 		if r.Workload != "replace-long" {
@@ -73,11 +86,12 @@ func scalingRows(rows []*Row) (headers []string, out [][]string) {
 		if s == nil {
 			continue
 		}
-		ratio := "-"
-		if s.CPUPer1k > 0 {
-			ratio = strconv.FormatFloat(r.CPUPer1k/s.CPUPer1k, 'f', 1, 64) + "x"
+		own := "-"
+		if ps, pl := short["chronicle-pass"], long["chronicle-pass"]; ps != nil && pl != nil &&
+			strings.HasPrefix(r.Target, "chronicle-") && r.Target != "chronicle-pass" {
+			own = ratio(r.CPUPer1k-pl.CPUPer1k, s.CPUPer1k-ps.CPUPer1k) + " (" + fmtCPU(s.CPUPer1k-ps.CPUPer1k) + " → " + fmtCPU(r.CPUPer1k-pl.CPUPer1k) + ")"
 		}
-		out = append(out, []string{r.Target, fmtCPU(s.CPUPer1k), fmtCPU(r.CPUPer1k), ratio, fmtDur(s.Latency.P50), fmtDur(r.Latency.P50)})
+		out = append(out, []string{r.Target, fmtCPU(s.CPUPer1k), fmtCPU(r.CPUPer1k), ratio(r.CPUPer1k, s.CPUPer1k), own, fmtDur(s.Latency.P50), fmtDur(r.Latency.P50)})
 	}
 	return headers, out
 }
