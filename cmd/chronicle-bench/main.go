@@ -419,28 +419,34 @@ func cell(s *settings, w *workload, t *target, c, direct *client, runTag string)
 }
 
 // failed reports whether any request failed or any check found a loss.
-func failed(r *Report) bool {
+func failed(r *Report) bool { return len(failures(r)) > 0 }
+
+// failures names what failed: "workload/target" for requests that failed,
+// "lost/target/workload" for stored turns that differ from 2xx answers,
+// "streams/target" and "hol/target" for the checks.
+func failures(r *Report) []string {
+	var out []string
 	for _, row := range r.Rows {
 		if row.Errors > 0 {
-			return true
+			out = append(out, row.Workload+"/"+row.Target)
 		}
 	}
 	for _, l := range r.Lost {
 		if l.Failed() {
-			return true
+			out = append(out, "lost/"+l.Target+"/"+l.Workload)
 		}
 	}
 	for _, sc := range r.Streams {
 		if sc.Failed > 0 {
-			return true
+			out = append(out, "streams/"+sc.Target)
 		}
 	}
 	for _, h := range r.HOL {
 		if h.Errors > 0 {
-			return true
+			out = append(out, "hol/"+h.Target)
 		}
 	}
-	return false
+	return out
 }
 
 // indent prefixes every line of the last n lines of s.

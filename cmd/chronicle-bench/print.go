@@ -172,7 +172,7 @@ func printReport(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	if r.Failed {
-		fmt.Fprintln(w, "\nRESULT: FAILED (requests failed, or stored turns differ from 2xx answers)")
+		fmt.Fprintf(w, "\nRESULT: FAILED (requests failed, or stored turns differ from 2xx answers): %s\n", strings.Join(failures(r), ", "))
 	} else {
 		fmt.Fprintln(w, "\nRESULT: ok")
 	}
