@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/store"
+	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -197,5 +200,75 @@ func TestCachedThreadSharesItsBuffer(t *testing.T) {
 	r := [][]byte{msg("a"), []byte(`{"role":"assistant","content":"x","reasoning_content":"r"}`)}
 	if e3 := newCachedThread(ad, k, r, hashesOf(r), make([]msgInfo, 2), e, 1); !e3.restorable {
 		t.Error("a reasoning_content message is not restorable")
+	}
+}
+
+// Two replicas on one Redis take turns on a thread, and an operator
+// deletes it in between: each replica's kept transcript is stale after
+// the other wrote, is read again in full (a miss), and no turn sends or
+// stores anything a single replica without a cache would not.
+func TestThreadCacheAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func() store.Store {
+		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	m := startMock(t)
+	a := startProxyWith(t, m, persistConfig, open())
+	b := startProxyWith(t, m, persistConfig, open())
+	url := "/openai/v1/chat/completions"
+	hdr := []string{"Authorization", "Bearer k8", "X-Thread-Id", "t-two", "X-Mock-Scenario", "text"}
+	history := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	var wantMsgs int
+	for i, p := range []*testProxy{a, a, b, b, a, b} {
+		resp, out := do(t, "POST", p.URL+url, history, hdr...)
+		if resp.StatusCode != 200 {
+			t.Fatalf("turn %d: %d %s", i, resp.StatusCode, out)
+		}
+		reply := gjson.GetBytes(out, "choices.0.message").Raw
+		history, _ = sjson.SetRaw(history, "messages.-1", reply)
+		history, _ = sjson.SetRaw(history, "messages.-1", fmt.Sprintf(`{"role":"user","content":"turn %d"}`, i))
+		wantMsgs = int(gjson.Get(history, "messages.#").Int()) - 1
+		if got := string(m.Requests()[len(m.Requests())-1].Body); !strings.Contains(got, fmt.Sprintf("turn %d", i-1)) && i > 0 {
+			t.Fatalf("turn %d: upstream did not get the previous turn: %s", i, got)
+		}
+	}
+	th := apiThread(t, a, "k8", "t-two")
+	if n := len(th.Get("messages").Array()); n != wantMsgs {
+		t.Fatalf("stored %d messages, want %d: %s", n, wantMsgs, th.Get("messages").Raw)
+	}
+	// a: turn 0 new, turn 1 hit, turn 4 miss (b wrote); b: turn 2 miss, turn 3 hit, turn 5 miss.
+	if h, ms := a.threads.hits.Load(), a.threads.misses.Load(); h != 1 || ms != 1 {
+		t.Errorf("replica a: %d hits, %d misses; want 1, 1", h, ms)
+	}
+	if h, ms := b.threads.hits.Load(), b.threads.misses.Load(); h != 1 || ms != 2 {
+		t.Errorf("replica b: %d hits, %d misses; want 1, 2", h, ms)
+	}
+
+	// Deleted and started again with the same first message: a's kept
+	// transcript must not stand in for the new thread.
+	admin := open()
+	page, err := admin.ListThreads(context.Background(), store.ThreadQuery{})
+	if err != nil || len(page.Threads) != 1 {
+		t.Fatalf("threads: %+v %v", page, err)
+	}
+	if err := admin.DeleteThread(context.Background(), page.Threads[0].Key); err != nil {
+		t.Fatal(err)
+	}
+	fresh := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	if resp, out := do(t, "POST", b.URL+url, fresh, hdr...); resp.StatusCode != 200 {
+		t.Fatalf("after delete: %d %s", resp.StatusCode, out)
+	}
+	next := `{"model":"gpt-4o","messages":[],"stream":false}`
+	if resp, out := do(t, "POST", a.URL+url, next, hdr...); resp.StatusCode != 200 {
+		t.Fatalf("continue on a: %d %s", resp.StatusCode, out)
+	}
+	got := gjson.GetBytes(m.Requests()[len(m.Requests())-1].Body, "messages")
+	if n := len(got.Array()); n != 2 || strings.Contains(got.Raw, "turn ") {
+		t.Fatalf("continue on a sent %s; want the new thread's two messages", got.Raw)
 	}
 }
