@@ -231,7 +231,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	}
 	switch {
 	case started.Unchanged && kept != nil:
-	case started.ThreadFound:
+	case started.ThreadFound && s.threads != nil:
 		kept = threadFromStore(ad, started.Thread)
 	default:
 		kept = nil
@@ -754,7 +754,9 @@ func (t *turn) finish(o outcome) error {
 		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
 		return err
 	}
-	if written != nil && len(infos) == len(written) {
+	if t.s.threads == nil {
+		// No thread cache: nothing to keep.
+	} else if written != nil && len(infos) == len(written) {
 		// The store keeps the stored bytes of a message whose hash did not
 		// change (a client may re-send it formatted differently), so the
 		// kept copy must too: it is read back as the stored thread.
