@@ -694,9 +694,9 @@ func (t *turn) finish(o outcome) error {
 		Resumes:          t.resumes,
 		UpstreamBody:     t.upstreamBody,
 	}
-	var written, parts [][]byte // the transcript the finish writes, for the thread cache
-	var writtenHashes, hashes []store.Hash
-	var infos []msgInfo
+	// The transcript the finish writes, for the thread cache.
+	var parts, replies [][]byte
+	var hashes []store.Hash
 	if u := o.turn.Usage; u.Present {
 		f.Usage = &store.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
 	}
@@ -728,17 +728,12 @@ func (t *turn) finish(o outcome) error {
 		}
 		// Appending past len leaves t.parts and t.hashes (the pending
 		// transcript's) as they are; neither is read after finish.
-		parts, hashes, infos = t.parts, t.hashes, t.infos
-		replies := t.replyMessages(o.turn.Message)
+		parts, hashes = t.parts, t.hashes
+		replies = t.replyMessages(o.turn.Message)
 		for _, m := range replies {
 			parts = append(parts, m)
 			hashes = append(hashes, store.Hash(adapters.HashMessage(m)))
 		}
-		_ = t.ad.WalkMessages(joinArray(replies), func(m adapters.Message) bool {
-			infos = append(infos, infoOf(t.ad, m))
-			return true
-		})
-		written, writtenHashes = parts, hashes
 		var tr store.Transcript
 		if pendingSaved {
 			tr = t.transcriptFrom(t.hashes, parts, hashes)
@@ -754,28 +749,44 @@ func (t *turn) finish(o outcome) error {
 		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
 		return err
 	}
-	if t.s.threads == nil {
-		// No thread cache: nothing to keep.
-	} else if written != nil && len(infos) == len(written) {
-		// The store keeps the stored bytes of a message whose hash did not
-		// change (a client may re-send it formatted differently), so the
-		// kept copy must too: it is read back as the stored thread.
-		kept := t.hashes
-		if !pendingSaved {
-			kept = writtenHashes
-		}
-		k := 0
-		for k < len(t.storedHashes) && k < len(kept) && t.storedHashes[k] == kept[k] {
-			k++
-		}
-		written = append(t.storedMsgs[:k:k], written[k:]...)
-		// written[:k] are the kept messages themselves (t.storedMsgs).
-		t.s.threads.put(newCachedThread(t.ad, t.key, written, writtenHashes, infos, t.kept, min(k, len(t.storedMsgs))))
-	} else {
-		t.s.threads.drop(t.key)
-	}
+	t.keepTranscript(parts, hashes, replies, pendingSaved)
 	t.s.metrics.runs(f.Status)
 	return nil
+}
+
+// keepTranscript hands the transcript a finish wrote (parts, with the
+// reply messages at their end; nil when it wrote none) to the thread
+// cache, which otherwise forgets the thread. The store keeps the stored
+// bytes of a message whose hash did not change (a client may re-send it
+// formatted differently), so the kept copy takes them too: it is read back
+// as the stored thread.
+func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]byte, pendingSaved bool) {
+	c := t.s.threads
+	if c == nil {
+		return
+	}
+	if parts == nil {
+		c.drop(t.key)
+		return
+	}
+	infos := t.infos
+	_ = t.ad.WalkMessages(joinArray(replies), func(m adapters.Message) bool {
+		infos = append(infos, infoOf(t.ad, m))
+		return true
+	})
+	if len(infos) != len(parts) {
+		c.drop(t.key)
+		return
+	}
+	// What the store kept of the thread as loaded: the pending write's
+	// prefix when there was one (the finish then only appended).
+	written := hashes
+	if pendingSaved {
+		written = t.hashes
+	}
+	k := store.CommonPrefix(t.storedHashes, written)
+	msgs := append(t.storedMsgs[:k:k], parts[k:]...)
+	c.put(newCachedThread(t.ad, t.key, msgs, hashes, infos, t.kept, k))
 }
 
 // replyMessages is the assembled reply as thread messages: one message, or

@@ -156,15 +156,21 @@ type Transcript struct {
 // stored is a prefix of next that is exactly the new suffix; otherwise the
 // diverging tail is overwritten.
 func Diff(stored []Hash, next [][]byte, nextHashes []Hash) Transcript {
-	keep := 0
-	for keep < len(stored) && keep < len(nextHashes) && stored[keep] == nextHashes[keep] {
-		keep++
-	}
+	keep := CommonPrefix(stored, nextHashes)
 	t := Transcript{Keep: keep, Messages: next[keep:], Hashes: nextHashes[keep:]}
 	if keep > 0 {
 		t.KeepHash = stored[keep-1]
 	}
 	return t
+}
+
+// CommonPrefix is how many leading hashes a and b share.
+func CommonPrefix(a, b []Hash) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // Check validates the shape of a transcript write.
