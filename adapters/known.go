@@ -213,46 +213,15 @@ func knownArrayAt(body []byte, key string, known [][]byte) (arr []byte, tailAt i
 
 // topLevelValue returns the offset of the value of the first top-level
 // member named key. It gives up (ok false) on a key spelled with escapes.
-func topLevelValue(body []byte, key string) (int, bool) {
-	i := skipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return 0, false
-	}
-	i++
-	for {
-		i = skipSpace(body, i)
-		if i >= len(body) || body[i] != '"' {
-			return 0, false
-		}
-		j := i + 1
-		for j < len(body) && body[j] != '"' {
-			if body[j] == '\\' {
-				return 0, false
-			}
-			j++
-		}
-		if j >= len(body) {
-			return 0, false
-		}
-		name := body[i+1 : j]
-		i = skipSpace(body, j+1)
-		if i >= len(body) || body[i] != ':' {
-			return 0, false
-		}
-		i = skipSpace(body, i+1)
+func topLevelValue(body []byte, key string) (at int, ok bool) {
+	found := false
+	walked := walkTopLevel(body, func(name []byte, i int) bool {
 		if string(name) == key {
-			return i, true
+			at, found = i, true
 		}
-		var ok bool
-		if i, ok = skipValue(body, i); !ok {
-			return 0, false
-		}
-		i = skipSpace(body, i)
-		if i >= len(body) || body[i] != ',' {
-			return 0, false
-		}
-		i++
-	}
+		return found
+	})
+	return at, walked && found
 }
 
 // skipValue returns the offset just past the JSON value at b[i:]. It
@@ -312,33 +281,38 @@ func skipValue(b []byte, i int) (int, bool) {
 // read (an escaped key, malformed JSON) is read with gjson.
 func modelAndStream(body []byte) (model string, stream bool) {
 	var modelRaw, streamRaw []byte
-	var seenModel, seenStream bool
-	ok := walkTopLevel(body, func(key, val []byte) bool {
+	var seenModel, seenStream, bad bool
+	raw := func(at int) []byte {
+		end, ok := skipValue(body, at)
+		bad = bad || !ok
+		return body[at:max(at, end)]
+	}
+	ok := walkTopLevel(body, func(key []byte, at int) bool {
 		switch {
 		case !seenModel && string(key) == "model":
-			modelRaw, seenModel = val, true
+			modelRaw, seenModel = raw(at), true
 		case !seenStream && string(key) == "stream":
-			streamRaw, seenStream = val, true
+			streamRaw, seenStream = raw(at), true
 		}
-		return !(seenModel && seenStream)
+		return bad || seenModel && seenStream
 	})
-	if !ok {
+	if !ok || bad {
 		return get(body, "model").String(), get(body, "stream").Bool()
 	}
-	if modelRaw != nil {
+	if seenModel {
 		model = gjson.ParseBytes(modelRaw).String()
 	}
-	if streamRaw != nil {
+	if seenStream {
 		stream = gjson.ParseBytes(streamRaw).Bool()
 	}
 	return model, stream
 }
 
-// walkTopLevel calls fn with each top-level member's key and raw value
-// until fn returns false. ok is false when body is not an object it can
-// read (a key with escapes, malformed JSON): nothing it reported can then
-// be relied on.
-func walkTopLevel(body []byte, fn func(key, val []byte) bool) (ok bool) {
+// walkTopLevel calls fn with each top-level member's key and the offset
+// of its value, and skips the value, until fn returns true (stop). ok is
+// false when body is not an object it can read (a key with escapes,
+// malformed JSON): nothing it reported can then be relied on.
+func walkTopLevel(body []byte, fn func(key []byte, at int) (stop bool)) (ok bool) {
 	i := skipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return false
@@ -367,14 +341,13 @@ func walkTopLevel(body []byte, fn func(key, val []byte) bool) (ok bool) {
 			return false
 		}
 		i = skipSpace(body, i+1)
-		end, ok := skipValue(body, i)
-		if !ok {
-			return false
-		}
-		if !fn(key, body[i:end]) {
+		if fn(key, i) {
 			return true
 		}
-		i = skipSpace(body, end)
+		if i, ok = skipValue(body, i); !ok {
+			return false
+		}
+		i = skipSpace(body, i)
 		if i >= len(body) {
 			return false
 		}

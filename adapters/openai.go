@@ -110,13 +110,18 @@ func (a *OpenAIChat) Format() Format { return FormatOpenAIChat }
 // Classify implements Adapter: POST …/chat/completions is a turn (streaming
 // when the body says "stream": true); anything else passes through.
 func (a *OpenAIChat) Classify(method, path, query string, body []byte) Op {
-	p := strings.TrimRight(path, "/")
-	if method != "POST" || !strings.HasSuffix(p, "/chat/completions") {
+	return classifyPost(method, path, "/chat/completions", body)
+}
+
+// classifyPost is Classify for the OpenAI formats: a POST to a path ending
+// in suffix is a turn, streaming when the body says "stream": true;
+// anything else passes through.
+func classifyPost(method, path, suffix string, body []byte) Op {
+	if method != "POST" || !strings.HasSuffix(strings.TrimRight(path, "/"), suffix) {
 		return Op{Kind: OpPassThrough}
 	}
-	op := Op{Kind: OpGenerate}
 	model, stream := modelAndStream(body)
-	op.Model = model
+	op := Op{Kind: OpGenerate, Model: model}
 	if stream {
 		op.Stream, op.Framing = true, FramingSSE
 	}

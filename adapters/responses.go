@@ -70,17 +70,7 @@ func (a *Responses) Format() Format { return FormatOpenAIResponses }
 // the body says "stream": true); anything else — GET /responses/{id},
 // input_items, cancel, compact, input_tokens — passes through.
 func (a *Responses) Classify(method, path, query string, body []byte) Op {
-	p := strings.TrimRight(path, "/")
-	if method != "POST" || !strings.HasSuffix(p, "/responses") {
-		return Op{Kind: OpPassThrough}
-	}
-	op := Op{Kind: OpGenerate}
-	model, stream := modelAndStream(body)
-	op.Model = model
-	if stream {
-		op.Stream, op.Framing = true, FramingSSE
-	}
-	return op
+	return classifyPost(method, path, "/responses", body)
 }
 
 // Messages implements Adapter: the input items array (a slice of body).
