@@ -444,6 +444,7 @@ type Events interface {
 	// AppendEvents appends events numbered first, first+1, … under the run's
 	// lease. Events already stored are skipped (a retry is harmless); a gap
 	// is ErrConflict.
+	// The store keeps no reference to events after it returns.
 	AppendEvents(ctx context.Context, l Lease, first int64, events [][]byte) error
 	// FollowEvents calls fn for every event after seq `after`, in order,
 	// waiting for new ones until the run ends; it returns nil once the run
