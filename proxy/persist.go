@@ -895,20 +895,24 @@ func appendNullableString(dst []byte, s string) []byte {
 // its log, and a store that falls behind makes batches larger, not
 // goroutines more numerous.
 type eventLog struct {
-	t         *turn
-	mu        sync.Mutex
-	buf       []byte // the queued events, back to back
-	ends      []int  // where each queued event ends in buf
-	spare     []byte // a written batch's buffer, reused when small
-	spareEnds []int
-	next      int64       // seq of the first queued event
-	firstAt   time.Time   // when the oldest queued event was relayed
-	timer     *time.Timer // hands the batch to the writers eventBatchWindow after its first event
-	armed     bool        // the timer is set
-	queued    bool        // with the writers: waiting for one, or being written
-	writing   bool        // a writer is writing it
-	closing   bool
-	idle      sync.Cond // on mu; close waits on it for the timer and the writer
+	t  *turn
+	mu sync.Mutex
+	// Events are copied back to back into chunks of eventChunk bytes:
+	// one allocation per chunk, not per event, and no buffer that grows
+	// by doubling while the store lags. A queued event is a slice of a
+	// chunk; later events go past it, so a batch being written is never
+	// touched.
+	chunk   []byte
+	events  [][]byte    // queued
+	spare   [][]byte    // a written batch's slice, for the next one
+	next    int64       // seq of the first queued event
+	firstAt time.Time   // when the oldest queued event was relayed
+	timer   *time.Timer // hands the batch to the writers eventBatchWindow after its first event
+	armed   bool        // the timer is set
+	queued  bool        // with the writers: waiting for one, or being written
+	writing bool        // a writer is writing it
+	closing bool
+	idle    sync.Cond // on mu; close waits on it for the timer and the writer
 
 	// The writer's own (the event writer that took the log, or close).
 	failed bool
@@ -924,15 +928,25 @@ func newEventLog(t *turn) *eventLog {
 func (l *eventLog) add(raw []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.ends) == 0 {
+	if len(l.events) == 0 {
 		l.firstAt = time.Now()
-		if l.buf == nil {
-			l.buf, l.spare = l.spare, nil
-			l.ends, l.spareEnds = l.spareEnds, nil
+		if l.events == nil {
+			l.events, l.spare = l.spare, nil
 		}
 	}
-	l.buf = append(l.buf, raw...)
-	l.ends = append(l.ends, len(l.buf))
+	var ev []byte
+	switch {
+	case len(raw) > eventChunk:
+		ev = bytes.Clone(raw)
+	default:
+		if cap(l.chunk)-len(l.chunk) < len(raw) {
+			l.chunk = make([]byte, 0, eventChunk)
+		}
+		start := len(l.chunk)
+		l.chunk = append(l.chunk, raw...)
+		ev = l.chunk[start:len(l.chunk):len(l.chunk)]
+	}
+	l.events = append(l.events, ev)
 	switch {
 	case l.queued:
 		// The writer takes it with the rest.
@@ -943,7 +957,7 @@ func (l *eventLog) add(raw []byte) {
 		} else {
 			l.timer.Reset(eventBatchWindow)
 		}
-	case len(l.ends) >= eventBatchMax && l.timer.Stop():
+	case len(l.events) >= eventBatchMax && l.timer.Stop():
 		l.armed = false
 		l.queued = true
 		l.t.s.eventWriters.add(l)
@@ -957,7 +971,7 @@ func (l *eventLog) add(raw []byte) {
 const (
 	eventBatchWindow = 10 * time.Millisecond
 	eventBatchMax    = 128
-	eventSpareMax    = 8 << 10 // bytes of a written batch's buffer kept for the next
+	eventChunk       = 1 << 10 // bytes per chunk of queued events; a larger event is copied alone
 )
 
 // due hands the batch to the writers when its window is over.
@@ -968,7 +982,7 @@ func (l *eventLog) due() {
 	switch {
 	case l.closing:
 		l.idle.Broadcast() // close writes it
-	case !l.queued && len(l.ends) > 0:
+	case !l.queued && len(l.events) > 0:
 		l.queued = true
 		l.t.s.eventWriters.add(l)
 	}
@@ -1006,7 +1020,7 @@ func (l *eventLog) writeQueued() {
 func (l *eventLog) write() {
 	for {
 		l.mu.Lock()
-		if len(l.ends) == 0 {
+		if len(l.events) == 0 {
 			l.queued, l.writing = false, false
 			if l.closing {
 				l.idle.Broadcast()
@@ -1014,19 +1028,12 @@ func (l *eventLog) write() {
 			l.mu.Unlock()
 			return
 		}
-		buf, ends := l.buf, l.ends
-		l.buf, l.ends = nil, nil
+		batch := l.events
+		l.events = nil
 		first := l.next
-		l.next += int64(len(ends))
+		l.next += int64(len(batch))
 		queuedAt := l.firstAt
 		l.mu.Unlock()
-
-		batch := make([][]byte, len(ends))
-		from := 0
-		for i, end := range ends {
-			batch[i] = buf[from:end:end]
-			from = end
-		}
 
 		if !l.failed {
 			rctx, cancel := context.WithTimeout(context.Background(), l.t.s.storeTimeout)
@@ -1041,12 +1048,13 @@ func (l *eventLog) write() {
 			}
 		}
 		// The store keeps no reference to a batch once AppendEvents
-		// returned: a small buffer serves the next batch, so a steady
-		// stream allocates nothing per event; a large one (a backlog) goes.
-		if cap(buf) <= eventSpareMax {
+		// returned: its slice (not the events' bytes, which stay in their
+		// chunks) serves the next batch.
+		if cap(batch) <= eventBatchMax {
+			clear(batch)
 			l.mu.Lock()
 			if l.spare == nil {
-				l.spare, l.spareEnds = buf[:0], ends[:0]
+				l.spare = batch[:0]
 			}
 			l.mu.Unlock()
 		}
