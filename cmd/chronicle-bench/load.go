@@ -25,6 +25,7 @@ const apiKey = "sk-chronicle-bench"
 type target struct {
 	Name      string
 	base      string // scheme://host:port plus a path prefix ("/pass")
+	root      string // chronicle's scheme://host:port, for /debug/pprof (chronicle targets)
 	proc      *child // the proxy process (the mock for "direct")
 	aux       *child // a store process whose CPU is reported beside (redis)
 	persisted bool

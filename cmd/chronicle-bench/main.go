@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ type settings struct {
 
 	json         bool
 	keep         bool
+	cpuProfile   string
 	chronicleBin string
 	mockllmBin   string
 }
@@ -67,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.StringVar(&s.Workloads, "workloads", "all", "comma list of chat,stream,chat-open,replace,append,replace-long")
 	fs.BoolVar(&s.json, "json", false, "print the results as JSON instead of tables")
 	fs.BoolVar(&s.keep, "keep", false, "keep the temp dir (binaries, configs, data)")
+	fs.StringVar(&s.cpuProfile, "cpuprofile", "", "write a CPU profile of each chronicle target's measured phase to this directory (<target>-<workload>.prof)")
 	fs.StringVar(&s.chronicleBin, "chronicle-bin", "", "chronicle binary (default: go build ./cmd/chronicle)")
 	fs.StringVar(&s.mockllmBin, "mockllm-bin", "", "mockllm binary (default: go build ./cmd/mockllm)")
 	if err := fs.Parse(args); err != nil {
@@ -74,6 +77,9 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	}
 	if s.Concurrency < 1 || s.Duration <= 0 && s.Requests <= 0 {
 		return nil, fmt.Errorf("need --concurrency >= 1 and a positive --duration or --requests")
+	}
+	if s.cpuProfile != "" && (s.Requests > 0 || s.Duration < time.Second) {
+		return nil, fmt.Errorf("--cpuprofile needs --duration of at least 1s (a profile runs for whole seconds)")
 	}
 	return s, nil
 }
@@ -230,16 +236,16 @@ func setup(s *settings, st *starter, dir string, rep *Report, logf func(string, 
 		}
 	}
 	if want(s.Targets, "chronicle-pass") || want(s.Targets, "chronicle-embedded") {
-		c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "embedded", "")
+		c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "embedded", "", s.cpuProfile != "")
 		if err != nil {
 			return nil, err
 		}
 		logf("chronicle (embedded) at %s", u)
 		if want(s.Targets, "chronicle-pass") {
-			ts = append(ts, &target{Name: "chronicle-pass", base: u + "/pass", proc: c, short: "cp"})
+			ts = append(ts, &target{Name: "chronicle-pass", base: u + "/pass", root: u, proc: c, short: "cp"})
 		}
 		if want(s.Targets, "chronicle-embedded") {
-			ts = append(ts, &target{Name: "chronicle-embedded", base: u + "/persist", proc: c, persisted: true, short: "ce"})
+			ts = append(ts, &target{Name: "chronicle-embedded", base: u + "/persist", root: u, proc: c, persisted: true, short: "ce"})
 		}
 	}
 	if want(s.Targets, "chronicle-redis") {
@@ -247,12 +253,12 @@ func setup(s *settings, st *starter, dir string, rep *Report, logf func(string, 
 		if err != nil {
 			rep.Notes = append(rep.Notes, "no chronicle-redis target: "+err.Error())
 		} else {
-			c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "redis", "redis://"+addr+"/0")
+			c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "redis", "redis://"+addr+"/0", s.cpuProfile != "")
 			if err != nil {
 				return nil, err
 			}
 			logf("chronicle (redis %s) at %s", addr, u)
-			ts = append(ts, &target{Name: "chronicle-redis", base: u + "/persist", proc: c, aux: r, persisted: true, short: "cr"})
+			ts = append(ts, &target{Name: "chronicle-redis", base: u + "/persist", root: u, proc: c, aux: r, persisted: true, short: "cr"})
 		}
 	}
 	return ts, nil
@@ -368,8 +374,20 @@ func cell(s *settings, w *workload, t *target, c, direct *client, runTag string)
 	if w.open {
 		l.rate = s.Rate
 	}
+	var profiled chan error
+	if s.cpuProfile != "" && t.root != "" {
+		profiled = make(chan error, 1)
+		go func() {
+			profiled <- cpuProfile(t.root, s.Duration, filepath.Join(s.cpuProfile, t.Name+"-"+w.name+".prof"))
+		}()
+	}
 	solo := l.run()
 	cpu := cpuSeconds(pid) - cpu0
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			fmt.Fprintf(os.Stderr, "chronicle-bench: cpu profile of %s %s: %v\n", t.Name, w.name, err)
+		}
+	}
 	row.Requests = len(solo.samples)
 	row.Seconds = solo.elapsed.Seconds()
 	row.RPS = float64(row.Requests) / row.Seconds

@@ -298,13 +298,17 @@ func redisPing(addr string) error {
 
 // chronicleConfig is the YAML for one chronicle process: a pass-through
 // connection and a persisted one, both in front of the mock.
-func chronicleConfig(mockURL, driver, dataDir, redisURL string) string {
+func chronicleConfig(mockURL, driver, dataDir, redisURL string, pprof bool) string {
+	admin := ""
+	if pprof {
+		admin = "admin:\n  token: " + benchAdminToken + "\n  pprof: true\n"
+	}
 	store := "  driver: embedded\n  path: " + dataDir + "\n"
 	if driver == "redis" {
 		store = "  driver: redis\n  url: " + redisURL + "\n"
 	}
 	return "listen: 127.0.0.1:0\n" +
-		"store:\n" + store +
+		"store:\n" + store + admin +
 		"limits:\n  max_body_bytes: 33554432\n  shutdown_timeout: 2s\n" +
 		"log:\n  level: info\n" +
 		"connections:\n" +
@@ -312,12 +316,48 @@ func chronicleConfig(mockURL, driver, dataDir, redisURL string) string {
 		"  - name: persist\n    provider: openai\n    base_url: " + mockURL + "\n    persist: true\n"
 }
 
+// benchAdminToken guards the chronicle processes' /debug/pprof under
+// --cpuprofile; they listen on loopback only, for the run's length.
+const benchAdminToken = "chronicle-bench-profiling"
+
+// cpuProfile saves chronicle's CPU profile over the next d (whole seconds)
+// to path.
+func cpuProfile(root string, d time.Duration, path string) error {
+	secs := int(d / time.Second)
+	req, err := http.NewRequest("GET", root+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+benchAdminToken)
+	resp, err := (&http.Client{Timeout: d + 30*time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // startChronicle writes a config and starts chronicle; it returns the
 // listening base URL.
-func (s *starter) startChronicle(bin, dir, mockURL, driver, redisURL string) (*child, string, error) {
+func (s *starter) startChronicle(bin, dir, mockURL, driver, redisURL string, pprof bool) (*child, string, error) {
 	data := filepath.Join(dir, "data-"+driver)
 	cfg := filepath.Join(dir, "chronicle-"+driver+".yaml")
-	if err := os.WriteFile(cfg, []byte(chronicleConfig(mockURL, driver, data, redisURL)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(chronicleConfig(mockURL, driver, data, redisURL, pprof)), 0o600); err != nil {
 		return nil, "", err
 	}
 	lines := make(chan string, 64)

@@ -154,14 +154,21 @@ func TestReadEventsChecksOrderAndEnd(t *testing.T) {
 }
 
 func TestChronicleConfigParses(t *testing.T) {
-	for _, driver := range []string{"embedded", "redis"} {
-		y := chronicleConfig("http://127.0.0.1:1", driver, t.TempDir(), "redis://127.0.0.1:2/0")
+	for _, c := range []struct {
+		driver string
+		pprof  bool
+	}{{"embedded", false}, {"redis", false}, {"redis", true}} {
+		driver := c.driver
+		y := chronicleConfig("http://127.0.0.1:1", driver, t.TempDir(), "redis://127.0.0.1:2/0", c.pprof)
 		cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 		if err != nil {
 			t.Fatalf("%s config: %v\n%s", driver, err, y)
 		}
 		if cfg.Store.Driver != driver || len(cfg.Connections) != 2 || cfg.Connections[0].PersistEnabled() || !cfg.Connections[1].PersistEnabled() {
 			t.Errorf("%s config parsed as %+v", driver, cfg)
+		}
+		if cfg.Admin.Pprof != c.pprof || c.pprof && cfg.Admin.Token == "" {
+			t.Errorf("%s config with pprof=%v parsed as %+v", driver, c.pprof, cfg.Admin)
 		}
 	}
 }
