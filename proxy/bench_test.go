@@ -123,6 +123,8 @@ connections:
 					b.ReportMetric(float64(p.threads.misses.Load())/float64(b.N), "misses/op")
 				}
 			}()
+			// 32 requests in flight on 2 cores, as chronicle-bench sends.
+			b.SetParallelism(16)
 			b.RunParallel(func(pb *testing.PB) {
 				req := fasthttp.AcquireRequest()
 				resp := fasthttp.AcquireResponse()

@@ -3,24 +3,31 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
-// batch is one round trip: a pipeline whose scripts go as EVALSHA next to
-// plain commands (on a cluster, go-redis splits it by node and sends the
-// parts in parallel). Open preloads every script, so EVALSHA normally
-// finds it; after a server restart or SCRIPT FLUSH the server answers
-// NOSCRIPT without running the script, and exec re-sends exactly those
-// scripts with their bodies (EVAL, which caches them again), in their
-// order, once. Commands that
-// ran are never sent again, so a re-send cannot apply anything twice.
+// batch is one caller's commands for one round trip: a pipeline whose
+// scripts go as EVALSHA next to plain commands. Concurrent batches share
+// round trips (see sender); on a cluster, go-redis splits a round trip by
+// node and sends the parts in parallel. Open preloads every script, so
+// EVALSHA normally finds it; after a server restart or SCRIPT FLUSH the
+// server answers NOSCRIPT without running the script, and exec re-sends
+// exactly those scripts with their bodies (EVAL, which caches them again),
+// in their order, once. Commands that ran are never sent again, so a
+// re-send cannot apply anything twice.
 type batch struct {
 	ctx     context.Context
 	pipe    redis.Pipeliner
 	scripts []queuedScript
+	cmds    []redis.Cmder // pipe's commands, kept when exec sends them
+
+	// Set while the batch waits in the sender's queue.
+	wake  chan bool // true: lead the group in group; false: sent
+	group []*batch
 }
 
 type queuedScript struct {
@@ -42,12 +49,122 @@ func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd 
 	return cmd
 }
 
-// exec sends the batch and returns the first error of any command other
-// than redis.Nil (unmapped: callers read each command's result).
+// sender groups the batches of concurrent callers into shared round trips,
+// the way the embedded store groups commits. At most sendLanes round trips
+// are in flight. A batch that finds every lane busy waits in the queue;
+// when a lane frees up, the caller at the head of the queue takes the lane
+// and sends the queued batches (up to maxGroup) as one pipeline: one write
+// and one read for all of them, where each would otherwise pay its own
+// syscalls and wake-ups, on the proxy and on the server. An idle store
+// sends at once, so grouping adds no latency; under load a batch waits at
+// most for one round trip in flight. Nothing runs on a timer and no
+// goroutine is added: each group is sent by one of its own callers.
+//
+// A group is sent under a context that its callers' cancellations do not
+// end (go-redis's read and write timeouts bound it), so one caller going
+// away cannot fail the others' commands. A caller whose context ends while
+// its batch is still queued leaves the queue and gets the context's error:
+// its commands are then never sent.
+type sender struct {
+	mu    sync.Mutex
+	busy  int
+	queue []*batch
+}
+
+const (
+	sendLanes = 2
+	maxGroup  = 64
+)
+
+// exec sends the batch, alone or in a group, and returns the first error
+// of any of its commands other than redis.Nil (unmapped: callers read each
+// command's result).
 func (b *batch) exec(s *Store) error {
-	cmds, err := b.pipe.Exec(b.ctx)
-	if err != nil && !errors.Is(err, redis.Nil) && !isRedisErr(err) {
-		return err // the connection failed: no command result is known
+	b.cmds = b.pipe.Cmds()
+	q := &s.send
+	q.mu.Lock()
+	if q.busy < sendLanes && len(q.queue) == 0 {
+		q.busy++
+		q.mu.Unlock()
+		b.sendGroup(s, nil)
+		s.passLane()
+		return b.result(s)
+	}
+	b.wake = make(chan bool, 1)
+	q.queue = append(q.queue, b)
+	q.mu.Unlock()
+	var lead bool
+	select {
+	case lead = <-b.wake:
+	case <-b.ctx.Done():
+		q.mu.Lock()
+		for i, w := range q.queue {
+			if w == b {
+				q.queue = append(q.queue[:i], q.queue[i+1:]...)
+				q.mu.Unlock()
+				return b.ctx.Err()
+			}
+		}
+		q.mu.Unlock()
+		lead = <-b.wake // taken into a group already: it is being sent
+	}
+	if lead {
+		group := b.group
+		b.group = nil
+		b.sendGroup(s, group)
+		for _, w := range group[1:] {
+			w.wake <- false
+		}
+		s.passLane()
+	}
+	return b.result(s)
+}
+
+// passLane hands the lane of a round trip that just ended to the head of
+// the queue, with the batches it is to send, or frees it.
+func (s *Store) passLane() {
+	q := &s.send
+	q.mu.Lock()
+	if len(q.queue) == 0 {
+		q.busy--
+		q.mu.Unlock()
+		return
+	}
+	n := min(len(q.queue), maxGroup)
+	group := make([]*batch, n)
+	copy(group, q.queue)
+	rest := copy(q.queue, q.queue[n:])
+	clear(q.queue[rest:])
+	q.queue = q.queue[:rest]
+	q.mu.Unlock()
+	group[0].group = group
+	group[0].wake <- true
+}
+
+// sendGroup sends b alone (group nil) or the group b leads, in one round
+// trip. Each command's result or error lands in its own Cmd: go-redis
+// marks every command it got no reply for with the connection's error, so
+// each batch reads its own outcome from its commands alone.
+func (b *batch) sendGroup(s *Store, group []*batch) {
+	if len(group) <= 1 {
+		_, _ = b.pipe.Exec(b.ctx)
+		return
+	}
+	pipe := s.c.Pipeline()
+	for _, w := range group {
+		_ = pipe.BatchProcess(w.ctx, w.cmds...)
+	}
+	_, _ = pipe.Exec(context.WithoutCancel(b.ctx))
+}
+
+// result reads the batch's own commands after its round trip: a connection
+// failure first (no result is known), then the NOSCRIPT re-send, then the
+// first command error other than redis.Nil.
+func (b *batch) result(s *Store) error {
+	for _, c := range b.cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !isRedisErr(err) {
+			return err
+		}
 	}
 	var again []queuedScript
 	for _, q := range b.scripts {
@@ -69,7 +186,7 @@ func (b *batch) exec(s *Store) error {
 			q.cmd.SetVal(evals[i].Val())
 		}
 	}
-	for _, c := range cmds {
+	for _, c := range b.cmds {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return err
 		}

@@ -82,6 +82,7 @@ type Store struct {
 	pre       string
 	cluster   bool
 	waitAOF   atomic.Int32 // 0 unknown, 1 supported, 2 unsupported
+	send      sender
 }
 
 var _ store.Store = (*Store)(nil)

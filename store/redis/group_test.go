@@ -1,0 +1,119 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
+)
+
+// gate holds the store's pipelines at the client until opened, and reports
+// each one's command count as it arrives. Pipelines that go-redis itself
+// sends to set up a new connection (HELLO, CLIENT SETINFO) pass.
+type gate struct {
+	on      chan struct{} // closed: pipelines pass
+	arrived chan int
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if cmds[0].Name() == "hello" || cmds[0].Name() == "client" {
+			return next(ctx, cmds)
+		}
+		g.arrived <- len(cmds)
+		<-g.on
+		return next(ctx, cmds)
+	}
+}
+
+// TestConcurrentBatchesShareRoundTrips holds both lanes' round trips at the
+// client, queues more starts behind them, cancels one queued start, and
+// then lets everything through: the queued starts go as one pipeline, each
+// gets its own result, and the cancelled one is never sent.
+func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	cl := srv.Client(t)
+	ctx := context.Background()
+	s, err := Open(ctx, Options{Client: cl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{on: make(chan struct{}), arrived: make(chan int, 64)}
+	cl.AddHook(g)
+
+	type started struct {
+		i   int
+		res store.Started
+		err error
+	}
+	done := make(chan started, 16)
+	start := func(ctx context.Context, i int) {
+		res, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: fmt.Sprintf("th%d", i)},
+			RunID: fmt.Sprintf("run%d", i), Owner: "o", TTL: time.Minute, Fingerprint: "fp", Model: "m"})
+		done <- started{i, res, err}
+	}
+	// Two starts take both lanes and are held at the gate.
+	for i := 0; i < sendLanes; i++ {
+		go start(ctx, i)
+		if n := <-g.arrived; n != 3 {
+			t.Fatalf("lone start sent %d commands, want 3", n)
+		}
+	}
+	queued := func() int {
+		s.send.mu.Lock()
+		defer s.send.mu.Unlock()
+		return len(s.send.queue)
+	}
+	waitQueued := func(n int) {
+		for queued() != n {
+			runtime.Gosched()
+		}
+	}
+	const waiting = 6
+	for i := sendLanes; i < sendLanes+waiting; i++ {
+		go start(ctx, i)
+	}
+	waitQueued(waiting)
+	cctx, cancel := context.WithCancel(ctx)
+	go start(cctx, 99)
+	waitQueued(waiting + 1)
+	cancel()
+	if r := <-done; r.i != 99 || !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled queued start: %d %v, want 99 context.Canceled", r.i, r.err)
+	}
+	if n := queued(); n != waiting {
+		t.Fatalf("queue holds %d after the cancel, want %d", n, waiting)
+	}
+
+	close(g.on)
+	for range sendLanes + waiting {
+		r := <-done
+		if r.err != nil || !r.res.Created || r.res.Lease.RunID != fmt.Sprintf("run%d", r.i) ||
+			r.res.Lease.Key.Thread != fmt.Sprintf("th%d", r.i) || r.res.Lease.Token != 1 {
+			t.Fatalf("start %d: %+v %v", r.i, r.res.Lease, r.err)
+		}
+	}
+	if n := <-g.arrived; n != 3*waiting {
+		t.Fatalf("the queued starts went as a pipeline of %d commands, want %d (one round trip)", n, 3*waiting)
+	}
+	select {
+	case n := <-g.arrived:
+		t.Fatalf("one more pipeline of %d commands", n)
+	default:
+	}
+	if _, err := s.FindRun(ctx, "t", "run99"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the cancelled start ran: FindRun = %v", err)
+	}
+	if _, err := s.FindRun(ctx, "t", "run5"); err != nil {
+		t.Fatalf("a grouped start's run: %v", err)
+	}
+}
