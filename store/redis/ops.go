@@ -71,17 +71,33 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	return th, err
 }
 
+// threadFields are the meta hash fields a thread is built from, in the
+// order the start script reads them (HMGET).
+var threadFields = []string{"created", "updated", "v", "conn", "fmt", "model", "sys"}
+
 // threadFrom builds a thread from its meta hash, message list and hash
 // blob; found is false for a thread without a saved transcript.
 func threadFrom(k store.Key, m map[string]string, msgs []string, hb string) (store.Thread, bool, error) {
-	if m["created"] == "" {
+	vals := make([]any, len(threadFields))
+	for i, f := range threadFields {
+		if v, ok := m[f]; ok {
+			vals[i] = v
+		}
+	}
+	return threadFromFields(k, vals, msgs, hb)
+}
+
+// threadFromFields is threadFrom on the values of threadFields (nil for
+// a field that is not set).
+func threadFromFields(k store.Key, f []any, msgs []string, hb string) (store.Thread, bool, error) {
+	if len(f) != len(threadFields) || str(f[0]) == "" {
 		return store.Thread{}, false, nil
 	}
-	v, _ := strconv.ParseInt(m["v"], 10, 64)
-	th := store.Thread{Key: k, Connection: m["conn"], Format: m["fmt"], Model: m["model"],
-		Version: v, CreatedAt: fromMS(m["created"]), UpdatedAt: fromMS(m["updated"])}
-	if sys, ok := m["sys"]; ok {
-		th.System = []byte(sys)
+	v, _ := strconv.ParseInt(str(f[2]), 10, 64)
+	th := store.Thread{Key: k, Connection: str(f[3]), Format: str(f[4]), Model: str(f[5]),
+		Version: v, CreatedAt: fromMS(str(f[0])), UpdatedAt: fromMS(str(f[1]))}
+	if f[6] != nil {
+		th.System = []byte(str(f[6]))
 	}
 	if len(hb) != 16*len(msgs) {
 		return store.Thread{}, false, fmt.Errorf("thread %s: %d messages, %d hash bytes: %w", k, len(msgs), len(hb), store.ErrConflict)
@@ -107,7 +123,7 @@ func scriptThread(k store.Key, r []any, at int) (th store.Thread, found, unchang
 	for i, m := range raw {
 		msgs[i] = str(m)
 	}
-	th, found, err = threadFrom(k, pairs(result(r[at])), msgs, str(r[at+2]))
+	th, found, err = threadFromFields(k, result(r[at]), msgs, str(r[at+2]))
 	if unchanged = found && err == nil && str(r[at+3]) == "same"; unchanged {
 		th.Messages, th.Hashes = nil, nil
 	}

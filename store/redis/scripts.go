@@ -74,7 +74,8 @@ end
 // known digest.
 // Returns {'conflict'} | {'exists', runfields, intr, [thread]} |
 // {'held', run, tok, exp, owner} | {'ok', tok, lostrun, prevlast, [thread]}
-// where thread (when load is '1') is meta fields, messages, hash blob and
+// where thread (when load is '1') is the meta fields threadFields names
+// (HMGET, in that order), messages, hash blob and
 // 'same' or ”, read in the same step as the lease; when the hash blob's
 // SHA-1 is the known digest, messages and blob are left out ({}, ”) and
 // the last value is 'same'.
@@ -82,7 +83,7 @@ var startScript = redis.NewScript(prelude + `
 local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
 local function thread(out)
   if ARGV[8] == '1' then
-    out[#out + 1] = redis.call('HGETALL', meta)
+    out[#out + 1] = redis.call('HMGET', meta, 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys')
     local hb = redis.call('GET', p .. 'hashes') or ''
     if ARGV[9] ~= '' and redis.sha1hex(hb) == ARGV[9] then
       out[#out + 1] = {}
