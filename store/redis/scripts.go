@@ -40,12 +40,12 @@ end
 local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
   local mk, hk = p .. 'msgs', p .. 'hashes'
   local n = redis.call('LLEN', mk)
-  local cursys = redis.call('HGET', meta, 'sys')
-  local same = redis.call('HEXISTS', meta, 'created') == 1 and n == keep + #msgs
-    and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
+  local cur = redis.call('HMGET', meta, 'sys', 'created')
+  local same = cur[2] and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
   if same then
-    if hassys == '1' then same = (cursys == sys) else same = (cursys == false) end
+    if hassys == '1' then same = (cur[1] == sys) else same = (cur[1] == false) end
   end
+  local set = {}
   if not same then
     if keep < n then
       if keep == 0 then redis.call('DEL', mk) else redis.call('LTRIM', mk, 0, keep - 1) end
@@ -59,14 +59,19 @@ local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
       redis.call('RPUSH', mk, unpack(msgs, i, math.min(i + 999, #msgs)))
     end
     if #msgs > 0 then redis.call('APPEND', hk, hashblob) end
-    if hassys == '1' then redis.call('HSET', meta, 'sys', sys) else redis.call('HDEL', meta, 'sys') end
+    if hassys == '1' then
+      set[#set + 1] = 'sys'; set[#set + 1] = sys
+    elseif cur[1] then
+      redis.call('HDEL', meta, 'sys')
+    end
     redis.call('HINCRBY', meta, 'v', 1)
-    redis.call('HSETNX', meta, 'created', now)
-    redis.call('HSET', meta, 'updated', now)
+    if not cur[2] then set[#set + 1] = 'created'; set[#set + 1] = now end
+    set[#set + 1] = 'updated'; set[#set + 1] = now
   end
-  if conn ~= '' then redis.call('HSET', meta, 'conn', conn) end
-  if fmt ~= '' then redis.call('HSET', meta, 'fmt', fmt) end
-  if model ~= '' then redis.call('HSET', meta, 'model', model) end
+  if conn ~= '' then set[#set + 1] = 'conn'; set[#set + 1] = conn end
+  if fmt ~= '' then set[#set + 1] = 'fmt'; set[#set + 1] = fmt end
+  if model ~= '' then set[#set + 1] = 'model'; set[#set + 1] = model end
+  if #set > 0 then redis.call('HSET', meta, unpack(set)) end
 end
 `
 
@@ -108,19 +113,22 @@ if ex then
   end
   return thread({'exists', r, redis.call('HGETALL', p .. 'intr')})
 end
-local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own')
+local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns')
 local lostrun = ''
 if m[1] then
   if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
-  if lost(m[1], now, ret) then lostrun = m[1] end
+  if lost(m[1], now, ret) then
+    lostrun = m[1]
+    m[5] = redis.call('HGET', meta, 'last')
+  end
 end
-local prevlast = redis.call('HGET', meta, 'last') or ''
-local tok = redis.call('HINCRBY', meta, 'l_seq', 1)
-local n = redis.call('HINCRBY', meta, 'nruns', 1)
-redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running')
+local prevlast = m[5] or ''
+local tok = string.format('%d', tonumber(m[6] or '0') + 1)
+local n = string.format('%d', tonumber(m[7] or '0') + 1)
+redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
 redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0)
 redis.call('ZADD', p .. 'runs', n, run)
-return thread({'ok', tostring(tok), lostrun, prevlast})
+return thread({'ok', tok, lostrun, prevlast})
 `)
 
 // unstartScript takes back a run StartRun just created, when the run id
@@ -243,28 +251,28 @@ if trf == '1' then
   if not checktr(keep, keephash) then return {'conflict'} end
   writetr(keep, hashblob, hassys, sys, conn, fmt, tmodel, msgs, now)
 end
-redis.call('HSET', rk, 'st', status, 'reason', reason, 'fin', now)
-if errf == '1' then redis.call('HSET', rk, 'err', err) else redis.call('HDEL', rk, 'err') end
+local rset, rdel = {'st', status, 'reason', reason, 'fin', now}, {}
+local function put(f, v) rset[#rset + 1] = f; rset[#rset + 1] = v end
+if errf == '1' then put('err', err) else rdel[#rdel + 1] = 'err' end
 if uf == '1' then
-  redis.call('HSET', rk, 'ui', ui, 'uo', uo, 'uc', uc, 'ur', ur)
+  put('ui', ui); put('uo', uo); put('uc', uc); put('ur', ur)
   redis.call('HINCRBY', meta, 'ui', ui)
   redis.call('HINCRBY', meta, 'uo', uo)
   redis.call('HINCRBY', meta, 'uc', uc)
   redis.call('HINCRBY', meta, 'ur', ur)
 else
-  redis.call('HDEL', rk, 'ui', 'uo', 'uc', 'ur')
+  rdel[#rdel + 1] = 'ui'; rdel[#rdel + 1] = 'uo'; rdel[#rdel + 1] = 'uc'; rdel[#rdel + 1] = 'ur'
 end
-if model ~= '' then
-  redis.call('HSET', rk, 'model', model)
-  redis.call('HSET', meta, 'model', model)
-end
-if pf == '1' then redis.call('HSET', rk, 'partial', partial) end
-if respf == '1' then redis.call('HSET', rk, 'resp', resp) end
-if upf == '1' then redis.call('HSET', rk, 'up', up) end
-if icf == '1' then redis.call('HSET', rk, 'ic', ic) end
-if repf == '1' then redis.call('HSET', rk, 'rep', rep) end
-if rstf == '1' then redis.call('HSET', rk, 'rst', rst) end
-if sidf == '1' then redis.call('HSET', rk, 'sid', sid) end
+if model ~= '' then put('model', model) end
+if pf == '1' then put('partial', partial) end
+if respf == '1' then put('resp', resp) end
+if upf == '1' then put('up', up) end
+if icf == '1' then put('ic', ic) end
+if repf == '1' then put('rep', rep) end
+if rstf == '1' then put('rst', rst) end
+if sidf == '1' then put('sid', sid) end
+redis.call('HSET', rk, unpack(rset))
+if #rdel > 0 then redis.call('HDEL', rk, unpack(rdel)) end
 local ik = p .. 'intr'
 for _, c in ipairs(intr) do
   redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
@@ -279,10 +287,15 @@ for _, set in ipairs({{res, 'resolved'}, {can, 'cancelled'}}) do
 end
 if prk then redis.call('HSET', prk, 'rby', run) end
 redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
-if redis.call('HGET', meta, 'nruns') == st[4] then redis.call('HSET', meta, 'last', status) end
-if redis.call('HEXISTS', meta, 'created') == 1 then redis.call('HSET', meta, 'updated', now) end
+local mm = redis.call('HMGET', meta, 'nruns', 'created', 'updated')
+local mset = {}
+if model ~= '' then mset[#mset + 1] = 'model'; mset[#mset + 1] = model end
+if mm[1] == st[4] then mset[#mset + 1] = 'last'; mset[#mset + 1] = status end
+local updated = mm[3] or ''
+if mm[2] then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
+if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
 endlog(run, ret)
-return {'ok', redis.call('HGET', meta, 'updated') or ''}
+return {'ok', updated}
 `)
 
 // appendScript: ARGV run, tok, first, retention, maxlen, events…
