@@ -24,6 +24,7 @@ type batch struct {
 	pipe    redis.Pipeliner
 	scripts []queuedScript
 	cmds    []redis.Cmder // pipe's commands, kept when exec sends them
+	size    int           // bytes of the scripts' string and []byte arguments
 
 	// Set while the batch waits in the sender's queue.
 	wake  chan bool // true: lead the group in group; false: sent
@@ -46,6 +47,14 @@ func (s *Store) batch(ctx context.Context) *batch {
 func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd {
 	cmd := b.pipe.EvalSha(b.ctx, sc.Hash(), keys, args...)
 	b.scripts = append(b.scripts, queuedScript{sc, keys, args, cmd})
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			b.size += len(v)
+		case []byte:
+			b.size += len(v)
+		}
+	}
 	return cmd
 }
 
@@ -60,6 +69,10 @@ func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd 
 // most for one round trip in flight. Nothing runs on a timer and no
 // goroutine is added: each group is sent by one of its own callers.
 //
+// A batch larger than bigBatch (a long transcript) goes alone and takes no
+// lane: its transfer would hold up every batch grouped with it, and the
+// lanes are kept for the small, frequent ones.
+//
 // A group is sent under a context that its callers' cancellations do not
 // end (go-redis's read and write timeouts bound it), so one caller going
 // away cannot fail the others' commands. A caller whose context ends while
@@ -72,8 +85,9 @@ type sender struct {
 }
 
 const (
-	sendLanes = 2
+	sendLanes = 4
 	maxGroup  = 64
+	bigBatch  = 64 << 10
 )
 
 // exec sends the batch, alone or in a group, and returns the first error
@@ -81,6 +95,10 @@ const (
 // command's result).
 func (b *batch) exec(s *Store) error {
 	b.cmds = b.pipe.Cmds()
+	if b.size > bigBatch {
+		b.sendGroup(s, nil)
+		return b.result(s)
+	}
 	q := &s.send
 	q.mu.Lock()
 	if q.busy < sendLanes && len(q.queue) == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,12 @@ func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A lease for the big write below, taken before the gate is in place.
+	bigKey := store.Key{Tenant: "t", Thread: "big"}
+	bigRun, err := s.StartRun(ctx, store.StartRun{Key: bigKey, RunID: "big", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
 	g := &gate{on: make(chan struct{}), arrived: make(chan int, 64)}
 	cl.AddHook(g)
 
@@ -67,6 +74,16 @@ func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
 		if n := <-g.arrived; n != 3 {
 			t.Fatalf("lone start sent %d commands, want 3", n)
 		}
+	}
+	// A transcript bigger than bigBatch goes at once, on its own, and
+	// does not wait for a lane.
+	bigDone := make(chan error, 1)
+	go func() {
+		msgs, hashes := [][]byte{[]byte(`{"role":"user","content":"` + strings.Repeat("x", bigBatch) + `"}`)}, []store.Hash{{1}}
+		bigDone <- s.SaveTranscript(ctx, bigRun.Lease, store.Diff(nil, msgs, hashes))
+	}()
+	if n := <-g.arrived; n != 4 {
+		t.Fatalf("the big transcript went in a pipeline of %d commands, want 4 (its own)", n)
 	}
 	queued := func() int {
 		s.send.mu.Lock()
@@ -95,6 +112,9 @@ func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
 	}
 
 	close(g.on)
+	if err := <-bigDone; err != nil {
+		t.Fatal(err)
+	}
 	for range sendLanes + waiting {
 		r := <-done
 		if r.err != nil || !r.res.Created || r.res.Lease.RunID != fmt.Sprintf("run%d", r.i) ||
