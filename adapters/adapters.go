@@ -212,8 +212,9 @@ type Adapter interface {
 	Messages(body []byte) ([]byte, bool)
 	// MessagesKnown is Messages for a caller that holds the thread's
 	// stored messages: the leading elements that repeat known byte for
-	// byte are not validated again (see KnownPrefix).
-	MessagesKnown(body []byte, known [][]byte) ([]byte, bool)
+	// byte are not validated again, and the Prefix says which they are
+	// (KnownPrefix of the returned array; zero for a string input).
+	MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool)
 	// SetMessages returns body with its messages/contents array replaced.
 	SetMessages(body, messages []byte) ([]byte, error)
 	// System returns Gemini's raw systemInstruction, nil elsewhere.
@@ -261,6 +262,10 @@ type Prepare struct {
 	// Messages is the body's messages array as a slice of body, or nil.
 	// No top-level key lies inside it, so looking for one skips it.
 	Messages []byte
+	// Buf, when it has the room, is where a new body may be built
+	// (appended to Buf[:0]); it must not overlap body. The caller may
+	// reuse it once the returned body is no longer needed.
+	Buf []byte
 }
 
 // Upstream is what PrepareUpstream decided.

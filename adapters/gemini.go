@@ -59,10 +59,13 @@ func (g *Gemini) Classify(method, path, query string, body []byte) Op {
 }
 
 // Messages implements Adapter: the contents array.
-func (g *Gemini) Messages(body []byte) ([]byte, bool) { return g.MessagesKnown(body, nil) }
+func (g *Gemini) Messages(body []byte) ([]byte, bool) {
+	msgs, _, ok := g.MessagesKnown(body, nil)
+	return msgs, ok
+}
 
 // MessagesKnown implements Adapter.
-func (g *Gemini) MessagesKnown(body []byte, known [][]byte) ([]byte, bool) {
+func (g *Gemini) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
 	return arrayAt(body, "contents", known)
 }
 

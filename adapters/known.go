@@ -49,12 +49,20 @@ func skipSpace(b []byte, i int) int {
 // validArray reports whether arr, a JSON array, is valid JSON, without
 // validating again the leading elements that repeat known byte for byte
 // (each known message is a whole JSON value already validated).
-func validArray(arr []byte, known [][]byte) bool {
+func validArray(arr []byte, known [][]byte) (Prefix, bool) {
 	k, off := KnownPrefix(arr, known)
 	if k == 0 {
-		return gjson.Valid(str(arr))
+		return Prefix{}, gjson.Valid(str(arr))
 	}
-	return validTail(arr, off)
+	return Prefix{Known: k, TailAt: off}, validTail(arr, off)
+}
+
+// Prefix is what KnownPrefix found in a messages array: Known leading
+// elements repeat the known messages byte for byte, and TailAt is the
+// offset of the element after them (or of the closing bracket); both 0
+// when none does.
+type Prefix struct {
+	Known, TailAt int
 }
 
 // validTail reports whether arr, a JSON array whose elements before off
@@ -70,21 +78,22 @@ func validTail(arr []byte, off int) bool {
 
 // arrayAt returns the array at path, a slice of body, when it is one and
 // valid (its known leading elements taken as valid).
-func arrayAt(body []byte, path string, known [][]byte) ([]byte, bool) {
+func arrayAt(body []byte, path string, known [][]byte) ([]byte, Prefix, bool) {
 	if len(known) > 0 {
-		if arr, tailAt, ok := knownArrayAt(body, path, known); ok {
-			return arr, validTail(arr, tailAt)
+		if arr, p, ok := knownArrayAt(body, path, known); ok {
+			return arr, p, validTail(arr, p.TailAt)
 		}
 	}
 	r := get(body, path)
 	if !r.IsArray() {
-		return nil, false
+		return nil, Prefix{}, false
 	}
 	raw := rawSlice(body, r)
-	if !validArray(raw, known) {
-		return nil, false
+	p, ok := validArray(raw, known)
+	if !ok {
+		return nil, Prefix{}, false
 	}
-	return raw, true
+	return raw, p, true
 }
 
 // insertAbsentKey adds "key":value as the last member of the JSON object
@@ -97,44 +106,74 @@ func arrayAt(body []byte, path string, known [][]byte) ([]byte, bool) {
 // letters or '_' outside skip (a key could be spelled with them) also
 // falls back, as does a nil value.
 func insertAbsentKey(body, skip []byte, key string, value []byte) ([]byte, bool) {
+	return insertAbsentKeys(nil, body, skip, newMember{key, value})
+}
+
+// newMember is one "key":value to add to an object.
+type newMember struct {
+	key   string
+	value []byte
+}
+
+// insertAbsentKeys is insertAbsentKey for several members, added in
+// order, in one copy: into dst when it has the room (dst must not overlap
+// body), else into a new buffer. It reports false unless every key is
+// absent.
+func insertAbsentKeys(dst, body, skip []byte, members ...newMember) ([]byte, bool) {
 	i := skipSpace(body, 0)
 	end := len(body) - 1
 	for end > i && (body[end] == ' ' || body[end] == '\n' || body[end] == '\r' || body[end] == '\t') {
 		end--
 	}
-	if value == nil || i >= end || body[i] != '{' || body[end] != '}' {
+	if i >= end || body[i] != '{' || body[end] != '}' {
 		return nil, false
 	}
-	quoted := make([]byte, 0, len(key)+2)
-	quoted = append(append(append(quoted, '"'), key...), '"')
-	for _, part := range outside(body, skip) {
-		if bytes.Contains(part, quoted) || escapesASCIILetter(part) {
+	before, after := outside(body, skip)
+	if escapesASCIILetter(before) || escapesASCIILetter(after) {
+		return nil, false
+	}
+	n := len(body)
+	for _, m := range members {
+		if m.value == nil {
 			return nil, false
 		}
+		var buf [64]byte
+		quoted := append(append(append(buf[:0], '"'), m.key...), '"')
+		if bytes.Contains(before, quoted) || bytes.Contains(after, quoted) {
+			return nil, false
+		}
+		n += len(m.key) + len(m.value) + 4
 	}
-	out := make([]byte, 0, len(body)+len(quoted)+len(value)+2)
+	out := dst[:0]
+	if cap(out) < n {
+		out = make([]byte, 0, n)
+	}
 	out = append(out, body[:end]...)
-	if skipSpace(body, i+1) != end {
-		out = append(out, ',')
+	comma := skipSpace(body, i+1) != end
+	for _, m := range members {
+		if comma {
+			out = append(out, ',')
+		}
+		comma = true
+		out = append(append(append(append(out, '"'), m.key...), '"', ':'), m.value...)
 	}
-	out = append(append(append(out, quoted...), ':'), value...)
 	return append(out, body[end:]...), true
 }
 
 // outside returns body without sub, when sub is a slice of body: the part
-// before it and the part after it; else body whole. A needle that starts
-// with a quote cannot straddle sub, a JSON value.
-func outside(body, sub []byte) [][]byte {
+// before it and the part after it; else body whole (and nil). A needle
+// that starts with a quote cannot straddle sub, a JSON value.
+func outside(body, sub []byte) (before, after []byte) {
 	if len(sub) == 0 || len(body) == 0 {
-		return [][]byte{body}
+		return body, nil
 	}
 	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
 	s0 := uintptr(unsafe.Pointer(unsafe.SliceData(sub)))
 	if s0 < b0 || s0+uintptr(len(sub)) > b0+uintptr(len(body)) {
-		return [][]byte{body}
+		return body, nil
 	}
 	off := int(s0 - b0)
-	return [][]byte{body[:off], body[off+len(sub):]}
+	return body[:off], body[off+len(sub):]
 }
 
 // escapesASCIILetter reports whether b holds a \u005X, \u006X or \u007X
@@ -181,32 +220,32 @@ func nonEmpty(quoted []byte) []byte {
 //
 // tailAt is the offset in arr of the first element that is not known (or
 // of the closing bracket).
-func knownArrayAt(body []byte, key string, known [][]byte) (arr []byte, tailAt int, ok bool) {
+func knownArrayAt(body []byte, key string, known [][]byte) (arr []byte, p Prefix, ok bool) {
 	start, ok := topLevelValue(body, key)
 	if !ok || start >= len(body) || body[start] != '[' {
-		return nil, 0, false
+		return nil, Prefix{}, false
 	}
 	k, off := KnownPrefix(body[start:], known)
 	if k == 0 {
-		return nil, 0, false
+		return nil, Prefix{}, false
 	}
 	i := start + off
 	for {
 		i = skipSpace(body, i)
 		if i >= len(body) {
-			return nil, 0, false
+			return nil, Prefix{}, false
 		}
 		if body[i] == ']' {
-			return body[start : i+1], off, true
+			return body[start : i+1], Prefix{Known: k, TailAt: off}, true
 		}
 		if i, ok = skipValue(body, i); !ok {
-			return nil, 0, false
+			return nil, Prefix{}, false
 		}
 		i = skipSpace(body, i)
 		if i < len(body) && body[i] == ',' {
 			i++
 		} else if i >= len(body) || body[i] != ']' {
-			return nil, 0, false
+			return nil, Prefix{}, false
 		}
 	}
 }

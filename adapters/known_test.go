@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -45,7 +46,7 @@ func TestValidArraySkipsOnlyKnownElements(t *testing.T) {
 		{`[{"a":2},{"b":}]`, false},
 		{`[]`, true},
 	} {
-		if got := validArray([]byte(tc.arr), known); got != tc.want {
+		if _, got := validArray([]byte(tc.arr), known); got != tc.want {
 			t.Errorf("validArray(%s) = %v, want %v", tc.arr, got, tc.want)
 		}
 	}
@@ -78,13 +79,13 @@ func TestInsertAbsentKey(t *testing.T) {
 // A key inside the skipped messages array does not count; one outside does.
 func TestInsertAbsentKeySkipsMessages(t *testing.T) {
 	body := []byte(`{"messages":[{"content":"\"k\":1 \u006b"}],"model":"m"}`)
-	msgs, _ := arrayAt(body, "messages", nil)
+	msgs, _, _ := arrayAt(body, "messages", nil)
 	got, ok := insertAbsentKey(body, msgs, "k", []byte("1"))
 	if !ok || string(got) != `{"messages":[{"content":"\"k\":1 \u006b"}],"model":"m","k":1}` {
 		t.Fatalf("got %s, %v", got, ok)
 	}
 	body = []byte(`{"messages":[],"k":2}`)
-	msgs, _ = arrayAt(body, "messages", nil)
+	msgs, _, _ = arrayAt(body, "messages", nil)
 	if _, ok := insertAbsentKey(body, msgs, "k", []byte("1")); ok {
 		t.Fatal("inserted a key the body has")
 	}
@@ -110,16 +111,77 @@ func checkKnownArrayAt(t *testing.T, body []byte) {
 		})
 	}
 	for k := 0; k <= len(elems); k++ {
-		got, _, ok := knownArrayAt(body, "messages", elems[:k])
+		got, p, ok := knownArrayAt(body, "messages", elems[:k])
 		if !ok {
 			continue // the gjson path answers
+		}
+		if wk, woff := KnownPrefix(got, elems[:k]); p != (Prefix{Known: wk, TailAt: woff}) {
+			t.Fatalf("knownArrayAt(%s, %d known) reports prefix %+v; KnownPrefix of its array is %d, %d", body, k, p, wk, woff)
 		}
 		if !r.IsArray() || string(got) != r.Raw {
 			t.Fatalf("knownArrayAt(%s, %d known) = %s; gjson finds %s", body, k, got, r.Raw)
 		}
-		if want, _ := arrayAt(body, "messages", nil); string(want) != string(got) {
+		if want, _, _ := arrayAt(body, "messages", nil); string(want) != string(got) {
 			t.Fatalf("arrayAt differs with and without known elements: %s vs %s", got, want)
 		}
+	}
+}
+
+// insertAbsentKeys adds members only where gjson finds none of their
+// keys, keeps every other top-level member as gjson reads it, and builds
+// in dst when dst has the room.
+func checkInsertAbsentKeys(t *testing.T, body []byte) {
+	t.Helper()
+	if !gjson.ValidBytes(body) {
+		return
+	}
+	msgs, _, _ := arrayAt(body, "messages", nil)
+	dst := make([]byte, 0, len(body)+64)
+	out, ok := insertAbsentKeys(dst, body, msgs, newMember{"k1", []byte("1")}, newMember{"stream_options", []byte(`{"x":"y"}`)})
+	if !ok {
+		return
+	}
+	if gjson.GetBytes(body, "k1").Exists() || gjson.GetBytes(body, "stream_options").Exists() {
+		t.Fatalf("insertAbsentKeys(%s) added a key the body has: %s", body, out)
+	}
+	if !gjson.ValidBytes(out) || gjson.GetBytes(out, "k1").Raw != "1" || gjson.GetBytes(out, "stream_options.x").Str != "y" {
+		t.Fatalf("insertAbsentKeys(%s) = %s", body, out)
+	}
+	var before, after []string
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool { before = append(before, k.Raw+":"+v.Raw); return true })
+	gjson.ParseBytes(out).ForEach(func(k, v gjson.Result) bool { after = append(after, k.Raw+":"+v.Raw); return true })
+	if len(after) != len(before)+2 || strings.Join(after[:len(before)], ",") != strings.Join(before, ",") {
+		t.Fatalf("insertAbsentKeys(%s) = %s: members changed", body, out)
+	}
+	if &out[0] != &dst[:1][0] {
+		t.Fatalf("insertAbsentKeys(%s) did not build in dst (cap %d, needs %d)", body, cap(dst), len(out))
+	}
+}
+
+func TestInsertAbsentKeys(t *testing.T) {
+	for _, b := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"\"k1\" stream_options"}]}`,
+		` {"messages":[]} `,
+		`{}`,
+		`{"k1":2,"messages":[]}`,
+		`{"messages":[],"stream_options":{"include_usage":false}}`,
+	} {
+		checkInsertAbsentKeys(t, []byte(b))
+	}
+	// A key inside a string counts unless the string is in the skipped
+	// messages.
+	out, ok := insertAbsentKeys(nil, []byte(`{"messages":[{"c":"\"k1"}]}`), nil, newMember{"k1", []byte("1")})
+	if ok {
+		t.Fatalf("a key inside an unskipped string was taken as absent: %s", out)
+	}
+	body := []byte(`{"messages":[{"c":"\"k1"}] }`)
+	msgs, _, _ := arrayAt(body, "messages", nil)
+	out, ok = insertAbsentKeys(nil, body, msgs, newMember{"k1", []byte("1")}, newMember{"k2", []byte("2")})
+	if !ok || string(out) != `{"messages":[{"c":"\"k1"}] ,"k1":1,"k2":2}` {
+		t.Fatalf("got %s, %v", out, ok)
+	}
+	if _, ok := insertAbsentKeys(nil, body, msgs, newMember{"k1", []byte("1")}, newMember{"k2", nil}); ok {
+		t.Fatal("a nil value was added")
 	}
 }
 
@@ -134,6 +196,7 @@ func TestKnownArrayAt(t *testing.T) {
 		`[1,2]`,
 	} {
 		checkKnownArrayAt(t, []byte(b))
+		checkInsertAbsentKeys(t, []byte(b))
 	}
 	if _, _, ok := knownArrayAt([]byte(`{"messages":[{"a":1},{"b":2}]}`), "messages", [][]byte{[]byte(`{"a":1}`)}); !ok {
 		t.Fatal("the fast path did not apply to a plain body")
@@ -143,7 +206,10 @@ func TestKnownArrayAt(t *testing.T) {
 func FuzzKnownArrayAt(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`))
 	f.Add([]byte(`{"messages":[{"x":"\\\""},"s\\\\",[[]]],"z":{"messages":1}}`))
-	f.Fuzz(func(t *testing.T, body []byte) { checkKnownArrayAt(t, body) })
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkKnownArrayAt(t, body)
+		checkInsertAbsentKeys(t, body)
+	})
 }
 
 // modelAndStream reads what gjson reads.

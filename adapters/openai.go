@@ -129,10 +129,13 @@ func classifyPost(method, path, suffix string, body []byte) Op {
 }
 
 // Messages implements Adapter.
-func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) { return a.MessagesKnown(body, nil) }
+func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) {
+	msgs, _, ok := a.MessagesKnown(body, nil)
+	return msgs, ok
+}
 
 // MessagesKnown implements Adapter.
-func (a *OpenAIChat) MessagesKnown(body []byte, known [][]byte) ([]byte, bool) {
+func (a *OpenAIChat) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
 	return arrayAt(body, "messages", known)
 }
 
@@ -218,8 +221,33 @@ func openAIEmptyText(c gjson.Result) bool {
 // stream_options.include_usage when the dialect wants it and the client did
 // not ask for it.
 func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
-	up := Upstream{Body: body}
 	sessionID, stream := p.SessionID, p.Stream
+	// The common case: every member to add is plainly absent, and one
+	// copy into p.Buf adds them all.
+	var add [2]newMember
+	n := 0
+	if a.d.SessionField != "" && sessionID != "" {
+		add[n] = newMember{a.d.SessionField, plainJSONString(sessionID)}
+		n++
+	}
+	if stream && a.d.InjectUsage {
+		add[n] = newMember{"stream_options", includeUsage}
+		n++
+	}
+	if n > 0 {
+		if out, ok := insertAbsentKeys(p.Buf, body, p.Messages, add[:n]...); ok {
+			up := Upstream{Body: out, AddedUsage: stream && a.d.InjectUsage}
+			for _, h := range a.d.SessionHeaders {
+				up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})
+			}
+			if a.d.SessionField != "" || len(up.Headers) > 0 {
+				up.SessionID = sessionID
+			}
+			return up, nil
+		}
+	}
+
+	up := Upstream{Body: body}
 	var err error
 	if a.d.SessionField != "" && sessionID != "" {
 		if out, ok := insertAbsentKey(up.Body, p.Messages, a.d.SessionField, plainJSONString(sessionID)); ok {
@@ -248,7 +276,7 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		if len(up.Body) != len(body) {
 			skip = nil
 		}
-		if out, ok := insertAbsentKey(up.Body, skip, "stream_options", []byte(`{"include_usage":true}`)); ok {
+		if out, ok := insertAbsentKey(up.Body, skip, "stream_options", includeUsage); ok {
 			up.Body, up.AddedUsage = out, true
 			return up, nil
 		}
@@ -263,9 +291,10 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 }
 
 var (
-	usageKey  = []byte(`"usage"`)
-	nullLit   = []byte("null")
-	emptyList = []byte(`"choices":[]`)
+	includeUsage = []byte(`{"include_usage":true}`)
+	usageKey     = []byte(`"usage"`)
+	nullLit      = []byte("null")
+	emptyList    = []byte(`"choices":[]`)
 )
 
 // StripAddedUsage implements Adapter for a stream where chronicle added

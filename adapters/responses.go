@@ -76,23 +76,27 @@ func (a *Responses) Classify(method, path, query string, body []byte) Op {
 // Messages implements Adapter: the input items array (a slice of body).
 // A string input is returned as one user message item
 // {"type":"message","role":"user","content":"…"} (a new slice).
-func (a *Responses) Messages(body []byte) ([]byte, bool) { return a.MessagesKnown(body, nil) }
+func (a *Responses) Messages(body []byte) ([]byte, bool) {
+	msgs, _, ok := a.MessagesKnown(body, nil)
+	return msgs, ok
+}
 
 // MessagesKnown implements Adapter.
-func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, bool) {
+func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
 	r := get(body, "input")
 	switch {
 	case r.Type == gjson.String && gjson.Valid(r.Raw):
 		b := make([]byte, 0, len(r.Raw)+48)
 		b = append(b, `[{"type":"message","role":"user","content":`...)
 		b = append(b, r.Raw...)
-		return append(b, "}]"...), true
+		return append(b, "}]"...), Prefix{}, true
 	case r.IsArray():
-		if raw := rawSlice(body, r); validArray(raw, known) {
-			return raw, true
+		raw := rawSlice(body, r)
+		if p, ok := validArray(raw, known); ok {
+			return raw, p, true
 		}
 	}
-	return nil, false
+	return nil, Prefix{}, false
 }
 
 // SetMessages implements Adapter; input is always written as an array.

@@ -91,6 +91,42 @@ type exchange struct {
 	// detach: a client that leaves does not stop the upstream; the run is
 	// read to its end and stored.
 	detach bool
+	// upBuf holds the upstream body when chronicle built it (from
+	// upBodyPool), until the round trip is over.
+	upBuf *[]byte
+}
+
+// upBodyPool recycles the buffers upstream bodies are built in (the
+// request body with a session key added): a long thread's body is tens of
+// KB, allocated and zeroed per request otherwise.
+var upBodyPool sync.Pool
+
+// maxPooledBody bounds what upBodyPool keeps.
+const maxPooledBody = 1 << 20
+
+// upstreamBuf returns a buffer with room for a body of n bytes and a few
+// added members, for ex to release once its round trip is over.
+func (ex *exchange) upstreamBuf(n int) []byte {
+	n += 512
+	if n > maxPooledBody {
+		return nil
+	}
+	bp, _ := upBodyPool.Get().(*[]byte)
+	if bp == nil || cap(*bp) < n {
+		b := make([]byte, 0, n+n/4)
+		bp = &b
+	}
+	ex.upBuf = bp
+	return (*bp)[:0]
+}
+
+// releaseUpstreamBuf recycles upBuf; the upstream request no longer
+// reads it.
+func (ex *exchange) releaseUpstreamBuf() {
+	if ex.upBuf != nil {
+		upBodyPool.Put(ex.upBuf)
+		ex.upBuf = nil
+	}
 }
 
 // forward sends the request to the connection's upstream and relays the
@@ -155,6 +191,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		fasthttp.ReleaseRequest(ex.req)
 		ex.req = nil
 	}
+	ex.releaseUpstreamBuf()
 	ex.copyResponseHead(ctx)
 
 	ok = ex.resp.StatusCode() < 300
@@ -353,6 +390,7 @@ func (ex *exchange) release() {
 		fasthttp.ReleaseRequest(ex.req)
 		ex.req = nil
 	}
+	ex.releaseUpstreamBuf()
 	if ex.resp != nil {
 		_ = ex.resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(ex.resp)

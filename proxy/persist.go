@@ -166,7 +166,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	if kept != nil {
 		knownMsgs = kept.msgs
 	}
-	messages, ok := ad.MessagesKnown(body, knownMsgs)
+	messages, matched, ok := ad.MessagesKnown(body, knownMsgs)
 	if !ok && !gjson.ValidBytes(body) {
 		// Refused before any run exists: nothing is stored for it.
 		writeError(ctx, ad, apiError{status: 400, code: "invalid_json",
@@ -229,6 +229,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	if started.ThreadFound {
 		s.threads.counted(started.Unchanged && kept != nil)
 	}
+	keptBefore := kept
 	switch {
 	case started.Unchanged && kept != nil:
 	case started.ThreadFound && s.threads != nil:
@@ -236,8 +237,11 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	default:
 		kept = nil
 	}
+	if kept != keptBefore {
+		matched = adapters.Prefix{} // MessagesKnown matched another transcript
+	}
 
-	out, err = t.compose(rctx, ctx, ex, started.Thread, kept, body, messages, empty)
+	out, err = t.compose(rctx, ctx, ex, started.Thread, kept, body, messages, matched, empty)
 	if err == nil && ex.up.cfg.Audit.UpstreamBody {
 		// A copy: out may alias the request buffer. Credentials travel in
 		// headers, never in this body.
@@ -310,7 +314,8 @@ func isEmptyArray(raw []byte) bool {
 // or it could not be built). With kept, the messages a request repeats
 // byte for byte are not parsed again: compose reads their hashes, tool
 // calls and results off the cache and parses only the rest.
-func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread store.Thread, kept *cachedThread, body, messages []byte, empty bool) ([]byte, error) {
+// matched is what MessagesKnown found of kept in messages (zero: unknown).
+func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread store.Thread, kept *cachedThread, body, messages []byte, matched adapters.Prefix, empty bool) ([]byte, error) {
 	ad := t.ad
 	var err error
 	// The stored messages as one array, made on first use (append,
@@ -339,6 +344,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		} else if len(expanded) != len(body) {
 			body = expanded
 			messages, _ = ad.Messages(body)
+			matched = adapters.Prefix{}
 			t.mode = modeReplace
 		}
 	}
@@ -370,7 +376,12 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	known, tailAt := 0, 0
 	prefix := func() {
 		if kept != nil {
-			if known, tailAt = adapters.KnownPrefix(composed, kept.msgs); tailAt == 0 {
+			if matched.Known > 0 && sameBytes(composed, messages) {
+				known, tailAt = matched.Known, matched.TailAt
+			} else {
+				known, tailAt = adapters.KnownPrefix(composed, kept.msgs)
+			}
+			if tailAt == 0 {
 				kept = nil // not an array: the full path reports it
 			}
 		}
@@ -481,7 +492,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	if !t.ownThread {
 		sid = t.s.instanceSessionID(rctx, t.up.cfg.Name, t.model)
 	}
-	prep := adapters.Prepare{SessionID: sid, Stream: ex.op.Stream}
+	prep := adapters.Prepare{SessionID: sid, Stream: ex.op.Stream, Buf: ex.upstreamBuf(len(body))}
 	if bytes.Equal(composed, messages) {
 		prep.Messages = messages // a slice of body: searches skip it
 	}
@@ -1162,4 +1173,9 @@ func (s *Server) instanceSessionID(rctx context.Context, connection, model strin
 	}
 	s.sessionIDs.Store(key, id)
 	return id
+}
+
+// sameBytes reports whether a and b are the same slice of the same array.
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
