@@ -41,7 +41,10 @@ type turn struct {
 	storedHashes []store.Hash  // the thread as loaded, for the transcript diff
 	storedMsgs   [][]byte      // its messages, byte for byte as stored
 	kept         *cachedThread // the thread cache's copy of them, if any
-	parts        [][]byte      // the messages sent upstream, one slice each
+	// claimed: this turn holds kept's claim (cachedThread.extended), and
+	// parts, hashes and infos extend kept's own slices in place.
+	claimed      bool
+	parts        [][]byte // the messages sent upstream, one slice each
 	hashes       []store.Hash
 	infos        []msgInfo // what compose read of each part, for the thread cache
 	system       []byte
@@ -434,8 +437,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	// calls this history answers. Known messages come off the cache.
 	hasCalls := false
 	var results map[string]bool
-	note := func(raw []byte, in msgInfo) {
-		t.infos = append(t.infos, in)
+	seen := func(in msgInfo) {
 		hasCalls = hasCalls || in.calls
 		for _, id := range in.results {
 			if results == nil {
@@ -450,8 +452,23 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 			}
 		}
 	}
+	note := func(in msgInfo) {
+		t.infos = append(t.infos, in)
+		seen(in)
+	}
 	walked := composed
-	if kept != nil {
+	switch {
+	case kept != nil && known == len(kept.msgs) && kept.extended.CompareAndSwap(false, true):
+		// The whole kept transcript is repeated: this turn claims the
+		// entry and appends its messages to the entry's own slices, past
+		// their length (no reader of the entry looks there).
+		t.claimed = true
+		t.parts, t.hashes, t.infos = kept.msgs, kept.hashes, kept.info
+		for i := 0; i < known; i++ {
+			seen(kept.info[i])
+		}
+		walked = tail
+	case kept != nil:
 		// Room for the new messages and the reply, so finish appends
 		// without copying.
 		room := known + 8
@@ -459,7 +476,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		t.parts = append(t.parts, kept.msgs[:known]...)
 		t.hashes = append(t.hashes, kept.hashes[:known]...)
 		for i := 0; i < known; i++ {
-			note(kept.msgs[i], kept.info[i])
+			note(kept.info[i])
 		}
 		walked = tail
 	}
@@ -473,7 +490,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		} else {
 			t.hashes = append(t.hashes, store.Hash(adapters.HashMessage(m.Raw)))
 		}
-		note(m.Raw, infoOf(t.ad, m))
+		note(infoOf(t.ad, m))
 		return true
 	})
 	if err != nil {
@@ -796,8 +813,7 @@ func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]b
 		written = t.hashes
 	}
 	k := store.CommonPrefix(t.storedHashes, written)
-	msgs := append(t.storedMsgs[:k:k], parts[k:]...)
-	c.put(newCachedThread(t.ad, t.key, msgs, hashes, infos, t.kept, k))
+	c.put(nextCachedThread(t.ad, t.key, t.kept, t.claimed, k, t.storedMsgs, parts, hashes, infos))
 }
 
 // replyMessages is the assembled reply as thread messages: one message, or

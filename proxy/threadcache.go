@@ -47,7 +47,8 @@ type cachedThread struct {
 	msgs       [][]byte // raw messages, byte-for-byte as stored
 	hashes     []store.Hash
 	info       []msgInfo
-	restorable bool // some message carries a field Restore could put back
+	restorable bool  // some message carries a field Restore could put back
+	infoBytes  int64 // what info's call ids take
 	size       int64
 }
 
@@ -143,42 +144,70 @@ func (c *threadCache) drop(k store.Key) {
 	}
 }
 
-// newCachedThread keeps msgs with their hashes and infos; infos[i] belongs
-// to msgs[i]. base, when not nil, holds msgs[:keep] byte for byte: when
-// that is all of it, the new messages are appended to its buffer instead
-// of copying them all, and the messages taken from it are not searched
-// again for restorable fields.
+// newCachedThread keeps msgs with their hashes and infos (which it takes
+// as they are); infos[i] belongs to msgs[i]. base, when not nil, holds
+// msgs[:keep] byte for byte, and the messages taken from it are not
+// searched again for restorable fields.
 func newCachedThread(ad adapters.Adapter, k store.Key, msgs [][]byte, hashes []store.Hash, info []msgInfo, base *cachedThread, keep int) *cachedThread {
 	ct := &cachedThread{key: k, format: ad.Format(), digest: store.Digest(hashes), hashes: hashes, info: info}
-	from, scanFrom := 0, 0
+	scanFrom := 0
 	if base != nil && !base.restorable {
 		scanFrom = keep // a prefix of base has no restorable field either
 	}
-	if base != nil && keep == len(base.msgs) && keep <= len(msgs) && base.extended.CompareAndSwap(false, true) {
-		from = keep
-		ct.buf, ct.restorable = base.buf, base.restorable
-		ct.msgs = append(make([][]byte, 0, len(msgs)), base.msgs...)
-	} else {
-		n := 1
-		for _, m := range msgs {
-			n += len(m) + 1
-		}
-		ct.buf = append(make([]byte, 0, n+n/4+1024), '[')
-		ct.msgs = make([][]byte, 0, len(msgs))
+	n := 1
+	for _, m := range msgs {
+		n += len(m) + 1
 	}
-	for i, m := range msgs[from:] {
+	ct.buf = append(make([]byte, 0, n+n/4+1024), '[')
+	ct.msgs = make([][]byte, 0, len(msgs)+len(msgs)/4+8)
+	ct.appendMessages(ad, msgs, scanFrom)
+	ct.infoBytes = sizeOf(info)
+	ct.size = int64(cap(ct.buf)) + int64(len(msgs))*(24+16+64) + 256 + ct.infoBytes
+	return ct
+}
+
+// nextCachedThread is the entry for a transcript whose first keep messages
+// are stored as stored[:keep] (base's, when base is not nil) and the rest
+// are parts[keep:], with hashes and infos for all. When keep is all of
+// base and base's claim is free (or claimed: the caller holds it), base is
+// extended in place; otherwise the messages are copied.
+func nextCachedThread(ad adapters.Adapter, k store.Key, base *cachedThread, claimed bool, keep int, stored, parts [][]byte, hashes []store.Hash, info []msgInfo) *cachedThread {
+	if base != nil && keep == len(base.msgs) && keep <= len(parts) && (claimed || base.extended.CompareAndSwap(false, true)) {
+		return extendCachedThread(ad, base, parts[keep:], hashes, info)
+	}
+	msgs := append(stored[:keep:keep], parts[keep:]...)
+	return newCachedThread(ad, k, msgs, hashes, info, base, keep)
+}
+
+// extendCachedThread keeps base's messages followed by added, with hashes
+// and infos for all of them. The caller holds base's claim (extended): the
+// new entry's buffer and message slices are base's, extended in place
+// past their length, so a long thread is not copied every turn.
+func extendCachedThread(ad adapters.Adapter, base *cachedThread, added [][]byte, hashes []store.Hash, info []msgInfo) *cachedThread {
+	ct := &cachedThread{key: base.key, format: base.format, digest: store.Digest(hashes), hashes: hashes, info: info,
+		buf: base.buf, msgs: base.msgs, restorable: base.restorable}
+	// added may share msgs' array past its length (the turn's parts):
+	// each element is read before its slot is written.
+	ct.appendMessages(ad, added, 0)
+	ct.infoBytes = base.infoBytes + sizeOf(info[len(base.msgs):])
+	ct.size = int64(cap(ct.buf)) + int64(len(ct.msgs))*(24+16+64) + 256 + ct.infoBytes
+	return ct
+}
+
+// appendMessages adds msgs to buf and to the message slices, and checks
+// those from scanFrom on for restorable fields.
+func (ct *cachedThread) appendMessages(ad adapters.Adapter, msgs [][]byte, scanFrom int) {
+	for i, m := range msgs {
 		if len(ct.msgs) > 0 {
 			ct.buf = append(ct.buf, ',')
 		}
 		off := len(ct.buf)
 		ct.buf = append(ct.buf, m...)
 		ct.msgs = append(ct.msgs, ct.buf[off:len(ct.buf):len(ct.buf)])
-		if from+i >= scanFrom && !ct.restorable {
+		if i >= scanFrom && !ct.restorable {
 			ct.restorable = ad.Restorable(m)
 		}
 	}
-	ct.size = int64(cap(ct.buf)) + int64(len(msgs))*(24+16+64) + 256 + sizeOf(info)
-	return ct
 }
 
 func sizeOf(info []msgInfo) (n int64) {
@@ -218,7 +247,8 @@ func threadFromStore(ad adapters.Adapter, th store.Thread) *cachedThread {
 	if i != len(ct.msgs) {
 		return nil // not this format's messages: keep nothing
 	}
-	ct.size += sizeOf(ct.info)
+	ct.infoBytes = sizeOf(ct.info)
+	ct.size += ct.infoBytes
 	return ct
 }
 

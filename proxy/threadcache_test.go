@@ -170,14 +170,25 @@ func TestCachedThreadSharesItsBuffer(t *testing.T) {
 	base := [][]byte{msg("a"), msg("b")}
 	e := newCachedThread(ad, k, base, hashesOf(base), make([]msgInfo, 2), nil, 0)
 	grown := append(slices.Clone(base), msg("c"))
-	e1 := newCachedThread(ad, k, grown, hashesOf(grown), make([]msgInfo, 3), e, 2)
+	e1 := nextCachedThread(ad, k, e, false, 2, e.msgs, grown, hashesOf(grown), make([]msgInfo, 3))
 	other := append(slices.Clone(base), msg("d"))
-	e2 := newCachedThread(ad, k, other, hashesOf(other), make([]msgInfo, 3), e, 2)
-	if &e1.buf[0] != &e.buf[0] {
-		t.Error("the first successor copied the buffer")
+	e2 := nextCachedThread(ad, k, e, false, 2, e.msgs, other, hashesOf(other), make([]msgInfo, 3))
+	if &e1.buf[0] != &e.buf[0] || &e1.msgs[0] != &e.msgs[0] {
+		t.Error("the first successor copied the buffer or the message slices")
 	}
-	if &e2.buf[0] == &e.buf[0] {
+	if &e2.buf[0] == &e.buf[0] || &e2.msgs[0] == &e.msgs[0] {
 		t.Error("the second successor shares the buffer the first one extended")
+	}
+	// A turn that claimed e1 itself (compose) extends it, and its parts
+	// may live in e1's message slices past their length.
+	if !e1.extended.CompareAndSwap(false, true) {
+		t.Fatal("e1 was claimed already")
+	}
+	parts := append(e1.msgs, msg("e"))
+	third := append(slices.Clone(grown), msg("e"))
+	e3 := nextCachedThread(ad, k, e1, true, 3, e1.msgs, parts, hashesOf(third), make([]msgInfo, 4))
+	if &e3.buf[0] != &e.buf[0] || &e3.msgs[0] != &e.msgs[0] {
+		t.Error("the claimed successor copied the buffer or the message slices")
 	}
 	for _, c := range []struct {
 		ct   *cachedThread
@@ -186,6 +197,7 @@ func TestCachedThreadSharesItsBuffer(t *testing.T) {
 		{e, `[{"role":"user","content":"a"},{"role":"user","content":"b"}]`},
 		{e1, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]`},
 		{e2, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"d"}]`},
+		{e3, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"},{"role":"user","content":"e"}]`},
 	} {
 		if got := string(c.ct.array()); got != c.want {
 			t.Errorf("array = %s, want %s", got, c.want)
