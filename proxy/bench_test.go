@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ func benchUpstream(b *testing.B) string {
 		b.Fatal(err)
 	}
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		if strings.Contains(string(ctx.PostBody()), `"stream":true`) {
+		if bytes.Contains(ctx.PostBody(), []byte(`"stream":true`)) {
 			ctx.SetContentType("text/event-stream")
 			ctx.SetBodyStreamWriter(func(w *bufio.Writer) { _, _ = w.Write(streamBody); _ = w.Flush() })
 			return

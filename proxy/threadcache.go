@@ -42,19 +42,41 @@ type cachedThread struct {
 	// appends them in place past len(buf) (extended makes that happen at
 	// most once per entry), so a long thread is not copied every turn; no
 	// reader of this entry ever looks past len(buf).
+	//
+	// An entry whose transcript drops messages of the one before (a
+	// regenerated reply) has no buf: its first rootN messages are slices
+	// of the earlier buffer root, the others of a small buffer of its own.
 	buf        []byte
+	root       []byte
+	rootN      int
 	extended   atomic.Bool
 	msgs       [][]byte // raw messages, byte-for-byte as stored
 	hashes     []store.Hash
 	info       []msgInfo
-	restorable bool  // some message carries a field Restore could put back
-	infoBytes  int64 // what info's call ids take
-	size       int64
+	restorable bool // some message carries a field Restore could put back
+	// firstRestorable is the index of the first such message.
+	firstRestorable int
+	infoBytes       int64 // what info's call ids take
+	size            int64
 }
 
 // array returns the messages as a JSON array (a copy).
 func (ct *cachedThread) array() []byte {
+	if ct.buf == nil {
+		return joinArray(ct.msgs)
+	}
 	return append(ct.buf[:len(ct.buf):len(ct.buf)], ']')
+}
+
+// shared returns the buffer the entry's first n messages are slices of.
+func (ct *cachedThread) shared() (buf []byte, n int) {
+	if ct == nil {
+		return nil, 0
+	}
+	if ct.buf != nil {
+		return ct.buf, len(ct.msgs)
+	}
+	return ct.root, ct.rootN
 }
 
 // msgInfo is what compose reads of one message.
@@ -172,11 +194,41 @@ func newCachedThread(ad adapters.Adapter, k store.Key, msgs [][]byte, hashes []s
 // base and base's claim is free (or claimed: the caller holds it), base is
 // extended in place; otherwise the messages are copied.
 func nextCachedThread(ad adapters.Adapter, k store.Key, base *cachedThread, claimed bool, keep int, stored, parts [][]byte, hashes []store.Hash, info []msgInfo) *cachedThread {
-	if base != nil && keep == len(base.msgs) && keep <= len(parts) && (claimed || base.extended.CompareAndSwap(false, true)) {
+	if base != nil && base.buf != nil && keep == len(base.msgs) && keep <= len(parts) && (claimed || base.extended.CompareAndSwap(false, true)) {
 		return extendCachedThread(ad, base, parts[keep:], hashes, info)
+	}
+	if root, n := base.shared(); base != nil && keep > 0 && keep <= n && keep <= len(parts) {
+		return shareCachedThread(ad, base, root, keep, parts[keep:], hashes, info)
 	}
 	msgs := append(stored[:keep:keep], parts[keep:]...)
 	return newCachedThread(ad, k, msgs, hashes, info, base, keep)
+}
+
+// shareCachedThread keeps base's first keep messages, which are slices of
+// root, followed by added (copied), without copying the kept ones.
+func shareCachedThread(ad adapters.Adapter, base *cachedThread, root []byte, keep int, added [][]byte, hashes []store.Hash, info []msgInfo) *cachedThread {
+	ct := &cachedThread{key: base.key, format: base.format, digest: store.Digest(hashes), hashes: hashes, info: info,
+		root: root, rootN: keep}
+	n := 0
+	for _, m := range added {
+		n += len(m)
+	}
+	own := make([]byte, 0, n)
+	ct.msgs = append(make([][]byte, 0, keep+len(added)+8), base.msgs[:keep]...)
+	if base.restorable && base.firstRestorable < keep {
+		ct.restorable, ct.firstRestorable = true, base.firstRestorable
+	}
+	for _, m := range added {
+		off := len(own)
+		own = append(own, m...)
+		ct.msgs = append(ct.msgs, own[off:len(own):len(own)])
+		if !ct.restorable && ad.Restorable(m) {
+			ct.restorable, ct.firstRestorable = true, len(ct.msgs)-1
+		}
+	}
+	ct.infoBytes = sizeOf(info)
+	ct.size = int64(cap(root)) + int64(cap(own)) + int64(len(ct.msgs))*(24+16+64) + 256 + ct.infoBytes
+	return ct
 }
 
 // extendCachedThread keeps base's messages followed by added, with hashes
@@ -185,7 +237,7 @@ func nextCachedThread(ad adapters.Adapter, k store.Key, base *cachedThread, clai
 // past their length, so a long thread is not copied every turn.
 func extendCachedThread(ad adapters.Adapter, base *cachedThread, added [][]byte, hashes []store.Hash, info []msgInfo) *cachedThread {
 	ct := &cachedThread{key: base.key, format: base.format, digest: store.Digest(hashes), hashes: hashes, info: info,
-		buf: base.buf, msgs: base.msgs, restorable: base.restorable}
+		buf: base.buf, msgs: base.msgs, restorable: base.restorable, firstRestorable: base.firstRestorable}
 	// added may share msgs' array past its length (the turn's parts):
 	// each element is read before its slot is written.
 	ct.appendMessages(ad, added, 0)
@@ -204,8 +256,8 @@ func (ct *cachedThread) appendMessages(ad adapters.Adapter, msgs [][]byte, scanF
 		off := len(ct.buf)
 		ct.buf = append(ct.buf, m...)
 		ct.msgs = append(ct.msgs, ct.buf[off:len(ct.buf):len(ct.buf)])
-		if i >= scanFrom && !ct.restorable {
-			ct.restorable = ad.Restorable(m)
+		if i >= scanFrom && !ct.restorable && ad.Restorable(m) {
+			ct.restorable, ct.firstRestorable = true, len(ct.msgs)-1
 		}
 	}
 }

@@ -176,8 +176,22 @@ func TestCachedThreadSharesItsBuffer(t *testing.T) {
 	if &e1.buf[0] != &e.buf[0] || &e1.msgs[0] != &e.msgs[0] {
 		t.Error("the first successor copied the buffer or the message slices")
 	}
-	if &e2.buf[0] == &e.buf[0] || &e2.msgs[0] == &e.msgs[0] {
-		t.Error("the second successor shares the buffer the first one extended")
+	// The second keeps e's messages without the one e1 appended: it
+	// shares their bytes, not the buffer e1 extended.
+	if e2.buf != nil || &e2.msgs[0][0] != &e.msgs[0][0] || &e2.msgs[1][0] != &e.msgs[1][0] {
+		t.Error("the second successor copied the kept messages, or shares the extended buffer")
+	}
+	// Regenerating again from e2 shares the same bytes; growing it copies
+	// into a buffer of its own.
+	again := append(slices.Clone(base), msg("f"))
+	e4 := nextCachedThread(ad, k, e2, false, 2, e2.msgs, again, hashesOf(again), make([]msgInfo, 3))
+	if e4.buf != nil || &e4.msgs[0][0] != &e.msgs[0][0] {
+		t.Error("a regenerate from a sharing entry copied")
+	}
+	longer := append(slices.Clone(other), msg("g"))
+	e5 := nextCachedThread(ad, k, e2, false, 3, e2.msgs, longer, hashesOf(longer), make([]msgInfo, 4))
+	if e5.buf == nil || &e5.msgs[0][0] == &e.msgs[0][0] {
+		t.Error("growing a sharing entry did not copy it into a buffer of its own")
 	}
 	// A turn that claimed e1 itself (compose) extends it, and its parts
 	// may live in e1's message slices past their length.
@@ -198,6 +212,8 @@ func TestCachedThreadSharesItsBuffer(t *testing.T) {
 		{e1, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]`},
 		{e2, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"d"}]`},
 		{e3, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"},{"role":"user","content":"e"}]`},
+		{e4, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"f"}]`},
+		{e5, `[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"d"},{"role":"user","content":"g"}]`},
 	} {
 		if got := string(c.ct.array()); got != c.want {
 			t.Errorf("array = %s, want %s", got, c.want)
@@ -210,8 +226,18 @@ func TestCachedThreadSharesItsBuffer(t *testing.T) {
 		}
 	}
 	r := [][]byte{msg("a"), []byte(`{"role":"assistant","content":"x","reasoning_content":"r"}`)}
-	if e3 := newCachedThread(ad, k, r, hashesOf(r), make([]msgInfo, 2), e, 1); !e3.restorable {
+	er := newCachedThread(ad, k, r, hashesOf(r), make([]msgInfo, 2), e, 1)
+	if !er.restorable {
 		t.Error("a reasoning_content message is not restorable")
+	}
+	// A sharing entry knows whether its kept prefix has one.
+	dropped := [][]byte{msg("a"), msg("z")}
+	if ed := nextCachedThread(ad, k, er, false, 1, er.msgs, dropped, hashesOf(dropped), make([]msgInfo, 2)); ed.buf != nil || ed.restorable {
+		t.Errorf("dropping the reasoning message: shared %v, restorable %v", ed.buf == nil, ed.restorable)
+	}
+	kept := append(slices.Clone(r), msg("z"))
+	if ek := nextCachedThread(ad, k, er, false, 2, er.msgs, kept, hashesOf(kept), make([]msgInfo, 3)); !ek.restorable {
+		t.Error("keeping the reasoning message lost restorable")
 	}
 }
 
