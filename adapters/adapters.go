@@ -288,6 +288,12 @@ func str(b []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// bytesOf returns bytes that alias s without copying; the caller must not
+// modify them.
+func bytesOf(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}
+
 // get is gjson.GetBytes without the copy gjson makes: the result's Raw
 // aliases body.
 func get(body []byte, path string) gjson.Result {

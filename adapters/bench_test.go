@@ -133,3 +133,20 @@ func BenchmarkAssemble(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkParseResponse reads real non-stream answers: OpenAI's text
+// (pretty-printed, refusal and annotations present) and a parallel tool
+// call.
+func BenchmarkParseResponse(b *testing.B) {
+	for _, name := range []string{"openai-chat/text.json", "openai-chat/parallel-tools.json"} {
+		body := fixture(b, name)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := openAIAd.ParseResponse(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -129,3 +129,46 @@ func FuzzArrayReader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOpenAIParseResponse checks ParseResponse's fast path against the
+// gjson path on every body the fast path takes.
+func FuzzOpenAIParseResponse(f *testing.F) {
+	for _, name := range []string{"openai-chat/text.json", "openai-chat/parallel-tools.json", "deepseek/text.json", "deepseek/tool-call.json"} {
+		f.Add(fixture(f, name))
+	}
+	f.Add([]byte(`{"choices":[{"message":{"role":"assistant","refusal":null,"refusal":null,"content":"x"}}]}`))
+	f.Add([]byte(`{"choices":[{"message":{"annotations":[ ],"role":"assistant"},"finish_reason":"length"}],"usage":{"prompt_tokens":3}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !gjson.ValidBytes(body) {
+			return
+		}
+		fast, ok := parseOpenAIAnswer(body)
+		if !ok {
+			return
+		}
+		slow, err := parseOpenAIResponse(body)
+		if err != nil {
+			t.Fatalf("fast path took %s, gjson path: %v", body, err)
+		}
+		if !bytes.Equal(fast.Message, slow.Message) || fast.Usage != slow.Usage || fast.FinishRaw != slow.FinishRaw ||
+			fast.Finish != slow.Finish || fast.Terminal != slow.Terminal || len(fast.ToolCalls) != len(slow.ToolCalls) || fast.Error != nil {
+			t.Fatalf("%s:\nfast %+v\nslow %+v", body, fast, slow)
+		}
+	})
+}
+
+// FuzzCompactJSON checks compactJSON against encoding/json's Compact on
+// valid JSON.
+func FuzzCompactJSON(f *testing.F) {
+	f.Add(fixture(f, "openai-chat/text.json"))
+	f.Add([]byte(" { \"a\" : [ 1 , \"b \\\" c\" , { } ] ,\n\t\"d\":null } "))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		var want bytes.Buffer
+		if json.Compact(&want, src) != nil {
+			return
+		}
+		if got := compactJSON(nil, src); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("compactJSON(%q) = %q, want %q", src, got, want.Bytes())
+		}
+	})
+}

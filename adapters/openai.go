@@ -291,6 +291,7 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 }
 
 var (
+	toolCallsKey = []byte(`"tool_calls"`)
 	includeUsage = []byte(`{"include_usage":true}`)
 	usageKey     = []byte(`"usage"`)
 	nullLit      = []byte("null")
@@ -409,6 +410,14 @@ func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
 	if !gjson.ValidBytes(body) {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
 	}
+	if t, ok := parseOpenAIAnswer(body); ok {
+		return t, nil
+	}
+	return parseOpenAIResponse(body)
+}
+
+// parseOpenAIResponse is ParseResponse through gjson, for any valid body.
+func parseOpenAIResponse(body []byte) (Turn, error) {
 	if e := get(body, "error"); e.Exists() && e.Type != gjson.Null {
 		return Turn{Finish: FinishError, Terminal: true, Error: append([]byte(nil), e.Raw...)}, nil
 	}
@@ -417,11 +426,8 @@ func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
 	if !msgR.IsObject() {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, []byte(msgR.Raw)); err != nil {
-		return Turn{}, fmt.Errorf("parse response: %w: %v", ErrInvalidJSON, err)
-	}
-	msg := buf.Bytes()
+	// The body is valid JSON (checked above), so the message is too.
+	msg := compactJSON(make([]byte, 0, len(msgR.Raw)), bytesOf(msgR.Raw))
 	var err error
 	if r := get(msg, "refusal"); r.Exists() && r.Type == gjson.Null {
 		msg, _ = sjson.DeleteBytes(msg, "refusal")
@@ -449,6 +455,104 @@ func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
 	})
 	t.Finish = openAIFinish(t.FinishRaw, len(t.ToolCalls) > 0)
 	return t, nil
+}
+
+// parseOpenAIAnswer is ParseResponse's fast path for the common answer: a
+// valid body whose first choice has a message without tool calls, read
+// in one walk per object with a vectorised skip over string values
+// (gjson steps through a long content string once per key it looks up).
+// ok is false for anything else (an error body, tool calls, escaped keys,
+// unusual shapes), and parseOpenAIResponse answers; both give the same
+// Turn.
+func parseOpenAIAnswer(body []byte) (Turn, bool) {
+	if bytes.Contains(body, toolCallsKey) {
+		return Turn{}, false // (or a string that says so: the slow path is right either way)
+	}
+	top, ok := memberValues(body, "error", "choices", "usage")
+	if !ok || top[0] != nil || len(top[1]) < 2 || top[1][0] != '[' {
+		return Turn{}, false
+	}
+	i := skipSpace(top[1], 1)
+	end, ok := skipValue(top[1], i)
+	if !ok || top[1][i] != '{' {
+		return Turn{}, false
+	}
+	choice, ok := memberValues(top[1][i:end], "message", "finish_reason")
+	if !ok || len(choice[0]) == 0 || choice[0][0] != '{' {
+		return Turn{}, false
+	}
+	finish := ""
+	if f := choice[1]; f != nil {
+		if len(f) < 2 || f[0] != '"' || bytes.IndexByte(f, '\\') >= 0 {
+			return Turn{}, false
+		}
+		finish = string(f[1 : len(f)-1])
+	}
+	msg := compactJSON(make([]byte, 0, len(choice[0])+16), choice[0])
+	m, _ := memberValues(msg, "refusal", "annotations", "content")
+	if string(m[0]) == "null" || string(m[1]) == "[]" {
+		// Drop them, as sjson.DeleteBytes would from compact JSON.
+		out := append(make([]byte, 0, len(msg)), '{')
+		refusals, annotations := 0, 0
+		walkMembers(msg, func(key []byte, at int) (bool, int) {
+			end, ok := skipValue(msg, at)
+			if !ok {
+				return true, 0
+			}
+			v := msg[at:end]
+			switch string(key) {
+			case "refusal":
+				refusals++
+			case "annotations":
+				annotations++
+			}
+			if string(key) == "refusal" && string(v) == "null" || string(key) == "annotations" && string(v) == "[]" {
+				return false, end
+			}
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			out = append(append(append(append(out, '"'), key...), '"', ':'), v...)
+			return false, end
+		})
+		if refusals > 1 || annotations > 1 {
+			return Turn{}, false // duplicate keys: leave them to sjson
+		}
+		msg = append(out, '}')
+	}
+	if m[2] == nil {
+		if len(msg) > 2 {
+			msg = append(msg[:len(msg)-1], `,"content":null}`...)
+		} else {
+			msg = append(msg[:len(msg)-1], `"content":null}`...)
+		}
+	}
+	t := Turn{Message: msg, Terminal: true, FinishRaw: finish}
+	if top[2] != nil {
+		t.Usage = openAIUsage(gjson.Parse(str(top[2])))
+	}
+	t.Finish = openAIFinish(t.FinishRaw, false)
+	return t, true
+}
+
+// memberValues returns the raw values of the named top-level members of
+// the JSON object obj (nil for a missing one; the first of duplicates), in
+// one walk. ok is false when walkTopLevel cannot read obj.
+func memberValues(obj []byte, names ...string) (vals [4][]byte, ok bool) {
+	ok = walkMembers(obj, func(key []byte, at int) (bool, int) {
+		for n, name := range names {
+			if vals[n] == nil && string(key) == name {
+				end, fine := skipValue(obj, at)
+				if !fine {
+					return false, 0
+				}
+				vals[n] = obj[at:end]
+				return false, end
+			}
+		}
+		return false, 0
+	})
+	return vals, ok
 }
 
 // openAIUsage reads an OpenAI/DeepSeek usage object.
