@@ -934,7 +934,7 @@ type eventLog struct {
 	spare   [][]byte    // a written batch's slice, for the next one
 	next    int64       // seq of the first queued event
 	firstAt time.Time   // when the oldest queued event was relayed
-	timer   *time.Timer // hands the batch to the writers eventBatchWindow after its first event
+	timer   *time.Timer // hands the batch to the writers store.event_batch_window after its first event
 	armed   bool        // the timer is set
 	queued  bool        // with the writers: waiting for one, or being written
 	writing bool        // a writer is writing it
@@ -980,9 +980,9 @@ func (l *eventLog) add(raw []byte) {
 	case !l.armed:
 		l.armed = true
 		if l.timer == nil {
-			l.timer = time.AfterFunc(eventBatchWindow, l.due)
+			l.timer = time.AfterFunc(l.t.s.cfg.Store.EventBatchWindow.D(), l.due)
 		} else {
-			l.timer.Reset(eventBatchWindow)
+			l.timer.Reset(l.t.s.cfg.Store.EventBatchWindow.D())
 		}
 	case len(l.events) >= eventBatchMax && l.timer.Stop():
 		l.armed = false
@@ -991,14 +991,14 @@ func (l *eventLog) add(raw []byte) {
 	}
 }
 
-// Event log batching: a batch is written eventBatchWindow after its first
-// event, or as soon as it holds eventBatchMax events, or when the run ends.
-// A fast stream then costs a store write per window, not per event; a
-// follower on another replica sees events at most a window late.
+// Event log batching: a batch is written store.event_batch_window (50 ms
+// by default) after its first event, or as soon as it holds eventBatchMax
+// events, or when the run ends. A stream then costs a store write per
+// window, not per event; a follower on another replica sees events at
+// most a window late.
 const (
-	eventBatchWindow = 10 * time.Millisecond
-	eventBatchMax    = 128
-	eventChunk       = 1 << 10 // bytes per chunk of queued events; a larger event is copied alone
+	eventBatchMax = 128
+	eventChunk    = 1 << 10 // bytes per chunk of queued events; a larger event is copied alone
 )
 
 // due hands the batch to the writers when its window is over.

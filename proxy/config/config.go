@@ -100,6 +100,11 @@ type Store struct {
 	Path           string   `yaml:"path"`            // embedded: directory holding the database file
 	URL            Secret   `yaml:"url"`             // redis: URL (may carry a password, hence Secret)
 	EventRetention Duration `yaml:"event_retention"` // how long a finished run's event log is kept
+	// EventBatchWindow is how long a stream's events gather before one
+	// store write takes them all: the most a follower on another replica
+	// lags, and what a crash can lose of the replayable log (the finished
+	// run keeps the whole answer either way).
+	EventBatchWindow Duration `yaml:"event_batch_window"`
 	// ThreadCacheBytes bounds the transcripts a replica keeps in memory so
 	// that a turn on a thread it last wrote reads and parses only what is
 	// new. nil: 64 MiB; 0 turns the cache off.
@@ -325,6 +330,9 @@ func (c *Config) applyDefaults() {
 	if c.Store.EventRetention == 0 {
 		c.Store.EventRetention = Duration(24 * time.Hour)
 	}
+	if c.Store.EventBatchWindow == 0 {
+		c.Store.EventBatchWindow = Duration(50 * time.Millisecond)
+	}
 	if c.Store.ThreadCacheBytes == nil {
 		n := int64(64 << 20)
 		c.Store.ThreadCacheBytes = &n
@@ -435,6 +443,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.EventRetention < 0 {
 		bad("store.event_retention", "must not be negative")
+	}
+	if w := c.Store.EventBatchWindow.D(); w < time.Millisecond || w > time.Second {
+		bad("store.event_batch_window", "must be between 1ms and 1s, got %v", w)
 	}
 	if n := c.Store.ThreadCacheBytes; n != nil && *n < 0 {
 		bad("store.thread_cache_bytes", "must not be negative (0 turns the cache off)")

@@ -78,6 +78,7 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"redis without url", "store: {driver: redis, url: ''}", []string{"store.url: required"}},
 		{"bad duration", "limits: {read_timeout: soon}", []string{"want a duration"}},
 		{"negative body", "limits: {max_body_bytes: -1}", []string{"limits.max_body_bytes: must not be negative"}},
+		{"event window too long", "store: {event_batch_window: 2s}", []string{"store.event_batch_window: must be between 1ms and 1s"}},
 		{"reserved name", "connections: [{name: api, provider: openai, base_url: 'http://x'}]", []string{`.name: "api" is reserved`}},
 		{"duplicate name", "connections: [{name: a, provider: openai, base_url: 'http://x'}, {name: a, provider: openai, base_url: 'http://y'}]", []string{"same name as connections[0]"}},
 		{"bad provider", "connections: [{name: a, provider: claude, base_url: 'http://x'}]", []string{"connections[0] (a).provider: want openai"}},
@@ -115,6 +116,9 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.URL().Path != "/base" {
 		t.Fatalf("base path %q, want trailing slash trimmed", c.URL().Path)
+	}
+	if cfg.Store.EventBatchWindow.D() != 50*time.Millisecond {
+		t.Fatalf("store.event_batch_window default %v, want 50ms", cfg.Store.EventBatchWindow.D())
 	}
 	if cfg.Limits.MaxBodyBytes != 8<<20 || cfg.Leases.TTL.D() != 30*time.Second {
 		t.Fatalf("limits defaults: %+v", cfg.Limits)

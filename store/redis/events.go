@@ -27,11 +27,13 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 	for _, e := range events {
 		args = append(args, e)
 	}
-	v, err := appendScript.Run(ctx, s.c, []string{s.meta(l.Key)}, args...).Result()
-	if err != nil {
+	// A batch, so concurrent runs' event writes share round trips.
+	b := s.batch(ctx)
+	cmd := b.script(appendScript, []string{s.meta(l.Key)}, args...)
+	if err := b.exec(s); err != nil {
 		return mapErr(err)
 	}
-	r := result(v)
+	r := result(cmd.Val())
 	switch str(r[0]) {
 	case "fenced":
 		return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
