@@ -138,12 +138,18 @@ func BenchmarkAssemble(b *testing.B) {
 // (pretty-printed, refusal and annotations present) and a parallel tool
 // call.
 func BenchmarkParseResponse(b *testing.B) {
-	for _, name := range []string{"openai-chat/text.json", "openai-chat/parallel-tools.json"} {
-		body := fixture(b, name)
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		ad   Adapter
+	}{
+		{"openai-chat/text.json", openAIAd}, {"openai-chat/parallel-tools.json", openAIAd},
+		{"gemini/text.json", geminiAd}, {"openai-responses/text.json", respAd},
+	} {
+		body, ad := fixture(b, c.name), c.ad
+		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := openAIAd.ParseResponse(body); err != nil {
+				if _, err := ad.ParseResponse(body); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,8 +1,6 @@
 package adapters
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -229,11 +227,8 @@ func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
 	cand := root.Get("candidates.0")
 	content := cand.Get("content")
 	if content.IsObject() {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, []byte(content.Raw)); err != nil {
-			return Turn{}, fmt.Errorf("parse response: %w: %v", ErrInvalidJSON, err)
-		}
-		t.Message = buf.Bytes()
+		// The body is valid JSON (checked above), so content is too.
+		t.Message = compactJSON(make([]byte, 0, len(content.Raw)), bytesOf(content.Raw))
 		if !get(t.Message, "role").Exists() {
 			t.Message, _ = sjson.SetBytes(t.Message, "role", "model")
 		}

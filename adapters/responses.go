@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -358,11 +357,8 @@ func (a *Responses) ParseResponse(body []byte) (Turn, error) {
 	}
 	t := Turn{Terminal: true}
 	if out.IsArray() {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, []byte(out.Raw)); err != nil {
-			return Turn{}, fmt.Errorf("parse response: %w: %v", ErrInvalidJSON, err)
-		}
-		t.Message = buf.Bytes()
+		// The body was checked to be valid JSON, so output is too.
+		t.Message = compactJSON(make([]byte, 0, len(out.Raw)), bytesOf(out.Raw))
 	} else {
 		t.Message = []byte("[]")
 	}
