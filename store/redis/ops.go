@@ -281,11 +281,13 @@ func (s *Store) Release(ctx context.Context, l store.Lease) error {
 	return mapErr(s.c.ZAddXX(ctx, s.active(), redis.Z{Score: 0, Member: activeMember(l.Key, l.RunID)}).Err())
 }
 
-func blob(b []byte) (string, string) {
+// blob is an optional bytes argument: its flag and its value, passed as
+// []byte so a response or request body is written out without a copy.
+func blob(b []byte) (string, any) {
 	if b == nil {
 		return "0", ""
 	}
-	return "1", string(b)
+	return "1", b
 }
 
 // Finish writes the transcript and ends the run in one script, sent in
