@@ -57,11 +57,11 @@ func hashValue(h hash.Hash, v gjson.Result) {
 	case gjson.Number:
 		h.Write([]byte{'n'})
 		writeLen(len(v.Raw))
-		h.Write([]byte(v.Raw))
+		h.Write(bytesOf(v.Raw))
 	case gjson.String:
 		h.Write([]byte{'s'})
 		writeLen(len(v.Str))
-		h.Write([]byte(v.Str))
+		h.Write(bytesOf(v.Str))
 	case gjson.JSON:
 		if v.IsArray() {
 			h.Write([]byte{'a'})
@@ -90,7 +90,7 @@ func hashValue(h hash.Hash, v gjson.Result) {
 		writeLen(len(kvs))
 		for _, e := range kvs {
 			writeLen(len(e.k))
-			h.Write([]byte(e.k))
+			h.Write(bytesOf(e.k))
 			hashValue(h, e.v)
 		}
 	}

@@ -80,7 +80,31 @@ func elements(arr gjson.Result) []gjson.Result {
 
 // Restorable implements Adapter.
 func (a *OpenAIChat) Restorable(stored []byte) bool {
-	return bytes.Contains(stored, []byte(`"reasoning_content"`)) || bytes.Contains(stored, []byte(`"thought_signature"`))
+	return hasQuoted(stored, reasoningKey, thoughtSignatureKey)
+}
+
+var (
+	reasoningKey        = []byte(`"reasoning_content"`)
+	thoughtSignatureKey = []byte(`"thought_signature"`)
+)
+
+// hasQuoted reports whether b holds any of the quoted names, checking
+// only where a quote is (found with a vectorised search): one pass over a
+// long message where bytes.Contains would make one per name.
+func hasQuoted(b []byte, names ...[]byte) bool {
+	for {
+		i := bytes.IndexByte(b, '"')
+		if i < 0 {
+			return false
+		}
+		b = b[i:]
+		for _, n := range names {
+			if bytes.HasPrefix(b, n) {
+				return true
+			}
+		}
+		b = b[1:]
+	}
 }
 
 // Restore implements Adapter for chat messages. An incoming assistant

@@ -27,7 +27,7 @@ func benchUpstream(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+	srv := &fasthttp.Server{MaxRequestBodySize: 64 << 20, Handler: func(ctx *fasthttp.RequestCtx) {
 		if bytes.Contains(ctx.PostBody(), []byte(`"stream":true`)) {
 			ctx.SetContentType("text/event-stream")
 			ctx.SetBodyStreamWriter(func(w *bufio.Writer) { _, _ = w.Write(streamBody); _ = w.Flush() })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -422,17 +423,26 @@ func walkObject(raw string, fn func(key, val string) bool) {
 	}
 }
 
-// skipString returns the index just past the string that starts at i.
+// skipString returns the index just past the string that starts at i:
+// past the next quote that an even run of backslashes precedes, found with
+// a vectorised search (message text is long).
 func skipString(s string, i int) int {
-	for i++; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
+	j := i + 1
+	for {
+		q := strings.IndexByte(s[j:], '"')
+		if q < 0 {
+			return len(s)
 		}
+		j += q
+		bs := 0
+		for k := j - 1; k > i && s[k] == '\\'; k-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			return j + 1
+		}
+		j++
 	}
-	return len(s)
 }
 
 // skipValue returns the index just past the value that starts at i.
