@@ -148,3 +148,46 @@ connections:
 		})
 	}
 }
+
+// BenchmarkPersistedLargeMessage measures a persisted non-stream turn whose
+// one message is 1 or 10 MiB of text, each on a new thread, on Redis: the
+// per-byte cost of validating, parsing, hashing and storing a long
+// context, which a long request also takes from other requests' CPU.
+func BenchmarkPersistedLargeMessage(b *testing.B) {
+	up := benchUpstream(b)
+	for _, be := range backends {
+		if be.name != "redis" {
+			continue
+		}
+		p := startProxyWith(b, nil, `
+limits: {max_body_bytes: 33554432}
+connections:
+  - {name: openai, provider: openai, base_url: "`+up+`"}
+`, be.open(b))
+		client := &fasthttp.Client{MaxConnsPerHost: 512, MaxResponseBodySize: 1 << 30}
+		for _, size := range []int{1 << 20, 10 << 20} {
+			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
+			b.Run(be.name+"/MiB="+strconv.Itoa(size>>20), func(b *testing.B) {
+				var n atomic.Int64
+				req := fasthttp.AcquireRequest()
+				resp := fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				b.SetBytes(int64(len(body)))
+				for b.Loop() {
+					req.SetRequestURI(p.URL + "/openai/v1/chat/completions")
+					req.Header.SetMethod("POST")
+					req.Header.Set("Authorization", "Bearer k")
+					req.Header.Set("X-Thread-Id", "large-"+strconv.FormatInt(n.Add(1), 10))
+					req.SetBodyString(body)
+					if err := client.Do(req, resp); err != nil {
+						b.Fatal(err)
+					}
+					if resp.StatusCode() != 200 {
+						b.Fatalf("status %d: %.200s", resp.StatusCode(), resp.Body())
+					}
+				}
+			})
+		}
+	}
+}
