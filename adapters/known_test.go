@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -185,6 +186,29 @@ func TestInsertAbsentKeys(t *testing.T) {
 	}
 }
 
+// WalkMessages' fast path reads every message as the gjson path does.
+func checkWalkMessages(t *testing.T, body []byte) {
+	t.Helper()
+	if !gjson.ValidBytes(body) {
+		return
+	}
+	msgs, _, ok := arrayAt(body, "messages", nil)
+	if !ok {
+		return
+	}
+	collect := func(walk func([]byte, func(Message) bool) error) (out []string) {
+		_ = walk(msgs, func(m Message) bool {
+			out = append(out, fmt.Sprintf("%d %q %q %v %v %v", m.Index, m.Raw, m.Role, m.Calls, m.Results, m.EmptyText))
+			return true
+		})
+		return out
+	}
+	fast, slow := collect(openAIAd.WalkMessages), collect(walkOpenAIMessages)
+	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
+		t.Fatalf("WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
+	}
+}
+
 func TestKnownArrayAt(t *testing.T) {
 	for _, b := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b \"]\" \\"}],"stream":false}`,
@@ -197,6 +221,7 @@ func TestKnownArrayAt(t *testing.T) {
 	} {
 		checkKnownArrayAt(t, []byte(b))
 		checkInsertAbsentKeys(t, []byte(b))
+		checkWalkMessages(t, []byte(b))
 	}
 	if _, _, ok := knownArrayAt([]byte(`{"messages":[{"a":1},{"b":2}]}`), "messages", [][]byte{[]byte(`{"a":1}`)}); !ok {
 		t.Fatal("the fast path did not apply to a plain body")
@@ -206,9 +231,11 @@ func TestKnownArrayAt(t *testing.T) {
 func FuzzKnownArrayAt(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`))
 	f.Add([]byte(`{"messages":[{"x":"\\\""},"s\\\\",[[]]],"z":{"messages":1}}`))
+	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"c1","content":""},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","function":{"name":"f"}}]},{"role":"function","name":"g","content":[{"type":"text","text":""}]},1,{"r\u006fle":"user","role":"system","role":"user"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkKnownArrayAt(t, body)
 		checkInsertAbsentKeys(t, body)
+		checkWalkMessages(t, body)
 	})
 }
 

@@ -165,6 +165,56 @@ func setRaw(body []byte, path string, value []byte) ([]byte, error) {
 // legacy function_call), results from role "tool" (tool_call_id) and role
 // "function" (name).
 func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error {
+	// The fast path: find the elements with a vectorised walk, then read
+	// each message's few fields in one walk over its members, where gjson
+	// would step through a long content string once per field.
+	var spans [64][2]int
+	elems, ok := arrayElements(messages, spans[:0])
+	if !ok {
+		return walkOpenAIMessages(messages, fn)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	for i, e := range elems {
+		raw := messages[e[0]:e[1]]
+		f, ok := memberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name")
+		if !ok {
+			// Not a plain object: read this one through gjson.
+			if !fn(openAIMessage(gjson.Parse(str(raw)), raw, i, calls[:0], results[:0])) {
+				return nil
+			}
+			continue
+		}
+		calls, results = calls[:0], results[:0]
+		role := knownRole(gjson.Parse(str(f[0])))
+		if f[1] != nil {
+			gjson.Parse(str(f[1])).ForEach(func(_, c gjson.Result) bool {
+				calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
+				return true
+			})
+		}
+		if fc := gjson.Parse(str(f[2])); fc.IsObject() {
+			calls = append(calls, ToolCall{Name: fc.Get("name").String()})
+		}
+		switch role {
+		case "tool":
+			results = append(results, ToolResult{CallID: gjson.Parse(str(f[4])).String()})
+		case "function":
+			results = append(results, ToolResult{Name: gjson.Parse(str(f[5])).String()})
+		}
+		empty := string(f[3]) == `""`
+		if len(f[3]) == 0 || f[3][0] != '"' {
+			empty = openAIEmptyText(gjson.Parse(str(f[3])))
+		}
+		if !fn(Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results, EmptyText: empty}) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// walkOpenAIMessages is WalkMessages through gjson, for any input.
+func walkOpenAIMessages(messages []byte, fn func(Message) bool) error {
 	arr := gjson.Parse(str(messages))
 	if !arr.IsArray() {
 		return fmt.Errorf("walk messages: %w", ErrNoMessages)
@@ -173,27 +223,66 @@ func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error 
 	var results []ToolResult
 	i := 0
 	arr.ForEach(func(_, m gjson.Result) bool {
-		calls, results = calls[:0], results[:0]
-		role := knownRole(m.Get("role"))
-		m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
-			calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
-			return true
-		})
-		if fc := m.Get("function_call"); fc.IsObject() {
-			calls = append(calls, ToolCall{Name: fc.Get("name").String()})
-		}
-		switch role {
-		case "tool":
-			results = append(results, ToolResult{CallID: m.Get("tool_call_id").String()})
-		case "function":
-			results = append(results, ToolResult{Name: m.Get("name").String()})
-		}
-		msg := Message{Index: i, Raw: rawSlice(messages, m), Role: role, Calls: calls, Results: results,
-			EmptyText: openAIEmptyText(m.Get("content"))}
+		msg := openAIMessage(m, rawSlice(messages, m), i, calls[:0], results[:0])
+		calls, results = msg.Calls, msg.Results
 		i++
 		return fn(msg)
 	})
 	return nil
+}
+
+// openAIMessage reads one message through gjson; calls and results are
+// reused for its lists.
+func openAIMessage(m gjson.Result, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+	role := knownRole(m.Get("role"))
+	m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+		calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
+		return true
+	})
+	if fc := m.Get("function_call"); fc.IsObject() {
+		calls = append(calls, ToolCall{Name: fc.Get("name").String()})
+	}
+	switch role {
+	case "tool":
+		results = append(results, ToolResult{CallID: m.Get("tool_call_id").String()})
+	case "function":
+		results = append(results, ToolResult{Name: m.Get("name").String()})
+	}
+	return Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results,
+		EmptyText: openAIEmptyText(m.Get("content"))}
+}
+
+// arrayElements appends the [start, end) offsets of each element of the
+// JSON array arr to spans, with the vectorised skip; ok is false when arr
+// is not an array it can read.
+func arrayElements(arr []byte, spans [][2]int) ([][2]int, bool) {
+	i := skipSpace(arr, 0)
+	if i >= len(arr) || arr[i] != '[' {
+		return nil, false
+	}
+	i = skipSpace(arr, i+1)
+	if i < len(arr) && arr[i] == ']' {
+		return spans, skipSpace(arr, i+1) == len(arr)
+	}
+	for {
+		end, ok := skipValue(arr, i)
+		if !ok || end <= i {
+			return nil, false
+		}
+		spans = append(spans, [2]int{i, end})
+		i = skipSpace(arr, end)
+		if i >= len(arr) {
+			return nil, false
+		}
+		switch arr[i] {
+		case ']':
+			return spans, skipSpace(arr, i+1) == len(arr)
+		case ',':
+			i = skipSpace(arr, i+1)
+		default:
+			return nil, false
+		}
+	}
 }
 
 // openAIEmptyText reports whether a content value holds no non-empty text.
@@ -538,7 +627,7 @@ func parseOpenAIAnswer(body []byte) (Turn, bool) {
 // memberValues returns the raw values of the named top-level members of
 // the JSON object obj (nil for a missing one; the first of duplicates), in
 // one walk. ok is false when walkTopLevel cannot read obj.
-func memberValues(obj []byte, names ...string) (vals [4][]byte, ok bool) {
+func memberValues(obj []byte, names ...string) (vals [8][]byte, ok bool) {
 	ok = walkMembers(obj, func(key []byte, at int) (bool, int) {
 		for n, name := range names {
 			if vals[n] == nil && string(key) == name {
