@@ -5,6 +5,8 @@ import (
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // KnownPrefix reports how many leading elements of the JSON array arr are
@@ -401,22 +403,8 @@ func walkMembers(body []byte, fn func(key []byte, at int) (stop bool, end int)) 
 // stringEnd returns the offset after the closing quote of the JSON string
 // that opens at b[i], searching for quotes with a vectorised scan.
 func stringEnd(b []byte, i int) (int, bool) {
-	j := i + 1
-	for {
-		q := bytes.IndexByte(b[j:], '"')
-		if q < 0 {
-			return 0, false
-		}
-		j += q
-		bs := 0
-		for k := j - 1; k > i && b[k] == '\\'; k-- {
-			bs++
-		}
-		if bs%2 == 0 {
-			return j + 1, true
-		}
-		j++
-	}
+	j := jsonscan.StringEnd(str(b), i)
+	return j, j >= 0
 }
 
 // compactJSON appends src without its insignificant whitespace to dst, as

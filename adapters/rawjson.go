@@ -1,6 +1,6 @@
 package adapters
 
-import "strings"
+import "github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 
 // A minimal scanner over raw JSON text for the per-event hot path. gjson
 // decodes every string value it visits that holds an escape (one allocation
@@ -23,24 +23,7 @@ func valueEnd(s string, i int) int {
 	}
 	switch s[i] {
 	case '"':
-		// The next quote not escaped by an odd run of backslashes, found
-		// with a vectorised search (long text and signatures are common).
-		j := i + 1
-		for {
-			q := strings.IndexByte(s[j:], '"')
-			if q < 0 {
-				return -1
-			}
-			j += q
-			bs := 0
-			for k := j - 1; k > i && s[k] == '\\'; k-- {
-				bs++
-			}
-			if bs%2 == 0 {
-				return j + 1
-			}
-			j++
-		}
+		return jsonscan.StringEnd(s, i)
 	case '{', '[':
 		depth := 0
 		for j := i; j < len(s); j++ {

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // ErrNotArray is returned when the history is not valid JSON or its top
@@ -427,22 +428,10 @@ func walkObject(raw string, fn func(key, val string) bool) {
 // past the next quote that an even run of backslashes precedes, found with
 // a vectorised search (message text is long).
 func skipString(s string, i int) int {
-	j := i + 1
-	for {
-		q := strings.IndexByte(s[j:], '"')
-		if q < 0 {
-			return len(s)
-		}
-		j += q
-		bs := 0
-		for k := j - 1; k > i && s[k] == '\\'; k-- {
-			bs++
-		}
-		if bs%2 == 0 {
-			return j + 1
-		}
-		j++
+	if j := jsonscan.StringEnd(s, i); j >= 0 {
+		return j
 	}
+	return len(s)
 }
 
 // skipValue returns the index just past the value that starts at i.
