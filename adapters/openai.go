@@ -177,36 +177,23 @@ func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error 
 	var results []ToolResult
 	for i, e := range elems {
 		raw := messages[e[0]:e[1]]
-		f, ok := memberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name")
-		if !ok {
-			// Not a plain object: read this one through gjson.
-			if !fn(openAIMessage(gjson.Parse(str(raw)), raw, i, calls[:0], results[:0])) {
-				return nil
+		var fields openAIFields
+		if f, ok := memberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name"); ok {
+			fields = openAIFields{role: gjson.Parse(str(f[0])), toolCalls: gjson.Parse(str(f[1])),
+				functionCall: gjson.Parse(str(f[2])), toolCallID: gjson.Parse(str(f[4])), name: gjson.Parse(str(f[5]))}
+			if len(f[3]) > 0 && f[3][0] == '"' {
+				// Only whether it is "" matters: not parsed (it may be long).
+				fields.content = gjson.Result{Type: gjson.String, Raw: str(f[3])}
+			} else {
+				fields.content = gjson.Parse(str(f[3]))
 			}
-			continue
+		} else {
+			// Not a plain object: read this one through gjson.
+			fields = openAIFieldsOf(gjson.Parse(str(raw)))
 		}
-		calls, results = calls[:0], results[:0]
-		role := knownRole(gjson.Parse(str(f[0])))
-		if f[1] != nil {
-			gjson.Parse(str(f[1])).ForEach(func(_, c gjson.Result) bool {
-				calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
-				return true
-			})
-		}
-		if fc := gjson.Parse(str(f[2])); fc.IsObject() {
-			calls = append(calls, ToolCall{Name: fc.Get("name").String()})
-		}
-		switch role {
-		case "tool":
-			results = append(results, ToolResult{CallID: gjson.Parse(str(f[4])).String()})
-		case "function":
-			results = append(results, ToolResult{Name: gjson.Parse(str(f[5])).String()})
-		}
-		empty := string(f[3]) == `""`
-		if len(f[3]) == 0 || f[3][0] != '"' {
-			empty = openAIEmptyText(gjson.Parse(str(f[3])))
-		}
-		if !fn(Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results, EmptyText: empty}) {
+		msg := openAIMessage(fields, raw, i, calls[:0], results[:0])
+		calls, results = msg.Calls, msg.Results
+		if !fn(msg) {
 			return nil
 		}
 	}
@@ -223,7 +210,7 @@ func walkOpenAIMessages(messages []byte, fn func(Message) bool) error {
 	var results []ToolResult
 	i := 0
 	arr.ForEach(func(_, m gjson.Result) bool {
-		msg := openAIMessage(m, rawSlice(messages, m), i, calls[:0], results[:0])
+		msg := openAIMessage(openAIFieldsOf(m), rawSlice(messages, m), i, calls[:0], results[:0])
 		calls, results = msg.Calls, msg.Results
 		i++
 		return fn(msg)
@@ -231,25 +218,36 @@ func walkOpenAIMessages(messages []byte, fn func(Message) bool) error {
 	return nil
 }
 
-// openAIMessage reads one message through gjson; calls and results are
-// reused for its lists.
-func openAIMessage(m gjson.Result, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
-	role := knownRole(m.Get("role"))
-	m.Get("tool_calls").ForEach(func(_, c gjson.Result) bool {
+// openAIFields are the members of a chat message WalkMessages reads.
+type openAIFields struct {
+	role, toolCalls, functionCall, content, toolCallID, name gjson.Result
+}
+
+// openAIFieldsOf looks the fields up with gjson, one lookup each.
+func openAIFieldsOf(m gjson.Result) openAIFields {
+	return openAIFields{role: m.Get("role"), toolCalls: m.Get("tool_calls"), functionCall: m.Get("function_call"),
+		content: m.Get("content"), toolCallID: m.Get("tool_call_id"), name: m.Get("name")}
+}
+
+// openAIMessage is one message read from its fields; calls and results
+// are reused for its lists.
+func openAIMessage(f openAIFields, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+	role := knownRole(f.role)
+	f.toolCalls.ForEach(func(_, c gjson.Result) bool {
 		calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
 		return true
 	})
-	if fc := m.Get("function_call"); fc.IsObject() {
-		calls = append(calls, ToolCall{Name: fc.Get("name").String()})
+	if f.functionCall.IsObject() {
+		calls = append(calls, ToolCall{Name: f.functionCall.Get("name").String()})
 	}
 	switch role {
 	case "tool":
-		results = append(results, ToolResult{CallID: m.Get("tool_call_id").String()})
+		results = append(results, ToolResult{CallID: f.toolCallID.String()})
 	case "function":
-		results = append(results, ToolResult{Name: m.Get("name").String()})
+		results = append(results, ToolResult{Name: f.name.String()})
 	}
 	return Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results,
-		EmptyText: openAIEmptyText(m.Get("content"))}
+		EmptyText: openAIEmptyText(f.content)}
 }
 
 // arrayElements appends the [start, end) offsets of each element of the
