@@ -168,12 +168,14 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 }
 
 // StartRun claims the run id in the tenant index, registers the run for the
-// sweeper, and takes the lease and creates the run in one script (which
-// also reads the thread when asked): one round trip. The claim and the
-// sweeper entry live on other slots, so they cannot gate the script;
-// a refused start undoes them afterwards (one more round trip, on the
-// refusal only), and a run id that turns out to belong to another thread
-// undoes the run the script created.
+// sweeper, and takes the lease and creates the run (also reading the
+// thread when asked): one round trip. On a single node one script does it
+// all, and undoes the claim and the sweeper entry itself when it refuses.
+// On a cluster the claim and the sweeper entry live on other slots, so they
+// go as commands of their own in the same round trip and cannot gate the
+// script: a refused start undoes them afterwards (one more round trip, on
+// the refusal only), and a run id that turns out to belong to another
+// thread undoes the run the script created.
 func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started, error) {
 	k := sr.Key
 	if err := k.Validate(); err != nil {
@@ -189,18 +191,36 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 	exp := now + sr.TTL.Milliseconds()
 	member := activeMember(k, sr.RunID)
 	b := s.batch(ctx)
-	claimCmd := b.script(runIDScript, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
-	// NX: a retried start leaves the score of a run that exists alone.
-	b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: member})
-	startCmd := b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
-		s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread), sr.KnownDigest)
+	var claimCmd, startCmd *redis.Cmd
+	if s.cluster {
+		claimCmd = b.script(runIDScript, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
+		// NX: a retried start leaves the score of a run that exists alone.
+		b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: member})
+		startCmd = b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
+			s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread), sr.KnownDigest)
+	} else {
+		// One node: the script claims the run id and registers the run for
+		// the sweeper itself, and undoes both when it refuses.
+		startCmd = b.script(startScript, []string{s.meta(k), s.tenantRuns(k.Tenant), s.active()}, sr.RunID, sr.Owner, exp, now,
+			sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread), sr.KnownDigest,
+			k.Thread, k.Tenant+"/"+k.Thread)
+	}
 	if err := b.exec(s); err != nil {
 		return store.Started{}, mapErr(err)
 	}
-	claim, _ := claimCmd.Int()
 	r := result(startCmd.Val())
+	if str(r[0]) == "taken" {
+		return store.Started{}, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
+	}
+	claim := 1 // on one node the script has undone what it had to
+	if claimCmd != nil {
+		claim, _ = claimCmd.Int()
+	}
 	// undo drops what a start that created no run left on other slots.
 	undo := func() {
+		if !s.cluster {
+			return
+		}
 		pipe := s.c.Pipeline()
 		pipe.ZRem(ctx, s.active(), member)
 		if claim == 2 {
@@ -235,7 +255,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		at = 3
 	default:
 		tok, _ := strconv.ParseInt(str(r[1]), 10, 64)
-		if lostRun := str(r[2]); lostRun != "" {
+		if lostRun := str(r[2]); lostRun != "" && s.cluster {
 			s.c.ZRem(ctx, s.active(), activeMember(k, lostRun))
 		}
 		l := store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: tok, TTL: sr.TTL, Expires: time.UnixMilli(exp).UTC()}
@@ -290,9 +310,10 @@ func blob(b []byte) (string, any) {
 	return "1", b
 }
 
-// Finish writes the transcript and ends the run in one script, sent in
-// one round trip with the audit index writes and the sweeper entry's
-// removal, then waits for the AOF fsync where supported (WAITAOF, one more
+// Finish writes the transcript and ends the run in one script, which on a
+// single node also does the audit index writes and the sweeper entry's
+// removal (on a cluster they go as commands of their own in the same round
+// trip), then waits for the AOF fsync where supported (WAITAOF, one more
 // round trip; none on servers without it after the first).
 func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
 	if err := store.CheckFinish(&f); err != nil {
@@ -301,8 +322,13 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	if err := l.Key.Validate(); err != nil {
 		return err
 	}
-	args := make([]any, 0, 48+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
+	args := make([]any, 0, 51+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
 	now := s.now()
+	keys := []string{s.meta(l.Key)}
+	if !s.cluster {
+		keys = append(keys, s.tenantThreads(l.Key.Tenant), s.allThreads(), s.tenants(), s.active())
+		args = append(args, l.Key.Thread, l.Key.Tenant, l.Key.Tenant+"/"+l.Key.Thread)
+	}
 	args = append(args, l.RunID, l.Token, now, string(f.Status), f.Reason)
 	ef, e := blob(f.Error)
 	args = append(args, ef, e)
@@ -345,21 +371,22 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 			args = append(args, m)
 		}
 	}
-	key := s.meta(l.Key)
 	member := activeMember(l.Key, l.RunID)
 	b := s.batch(ctx)
-	cmd := b.script(finishScript, []string{key}, args...)
-	// The index writes use now, the time the script writes as updated
-	// (see queueIndex for a refused finish). After the script on a single
-	// node, so the sweeper entry goes only once the script ran.
-	s.queueIndex(ctx, b.pipe, l.Key, now, f.Transcript != nil)
-	b.pipe.ZRem(ctx, s.active(), member)
+	cmd := b.script(finishScript, keys, args...)
+	if s.cluster {
+		// The index writes use now, the time the script writes as updated
+		// (see queueIndex for a refused finish). On a single node the
+		// script does them, and the sweeper entry's removal, itself.
+		s.queueIndex(ctx, b.pipe, l.Key, now, f.Transcript != nil)
+		b.pipe.ZRem(ctx, s.active(), member)
+	}
 	if err := b.exec(s); err != nil {
 		return mapErr(err)
 	}
 	r := result(cmd.Val())
 	if res := str(r[0]); res != "ok" {
-		if res != "notfound" {
+		if res != "notfound" && s.cluster {
 			// The run may still be running (a refused transcript or
 			// resume, a released lease): give it back to the sweeper,
 			// due now; the sweeper checks the thread's lease itself.
@@ -379,7 +406,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		}
 		return fmt.Errorf("finish returned %q: %w", res, store.ErrConflict)
 	}
-	return s.waitFsync(ctx, key)
+	return s.waitFsync(ctx, keys[0])
 }
 
 // waitFsync waits for the finished run to reach the AOF on disk (WAITAOF,

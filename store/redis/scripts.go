@@ -75,15 +75,24 @@ local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
 end
 `
 
-// startScript: ARGV run, owner, exp, now, fp, model, retention, load,
-// known digest.
+// startScript: KEYS meta [, tenant run index, sweeper index]; ARGV run,
+// owner, exp, now, fp, model, retention, load, known digest [, thread,
+// tenant/thread].
 // Returns {'conflict'} | {'exists', runfields, intr, [thread]} |
 // {'held', run, tok, exp, owner} | {'ok', tok, lostrun, prevlast, [thread]}
+// | {'taken'}
 // where thread (when load is '1') is the meta fields threadFields names
 // (HMGET, in that order), messages, hash blob and
 // 'same' or ”, read in the same step as the lease; when the hash blob's
 // SHA-1 is the known digest, messages and blob are left out ({}, ”) and
 // the last value is 'same'.
+//
+// With the two index keys (a single node, where every key is reachable
+// from one script) it also claims the run id and registers the run for
+// the sweeper, first: {'taken'} when another thread has the run id
+// (nothing written), and a start refused as held undoes both. Without
+// them (a cluster, where those keys live on other slots) StartRun sends
+// the claim and the sweeper entry as commands of their own.
 var startScript = redis.NewScript(prelude + `
 local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
 local function thread(out)
@@ -102,33 +111,50 @@ local function thread(out)
   end
   return out
 end
-local rk = p .. 'run:' .. run
-local ex = redis.call('HGET', rk, 'fp')
-if ex then
-  if ex ~= fp then return {'conflict'} end
-  local h = redis.call('HGETALL', rk)
-  local r = {}
-  for j = 1, #h, 2 do
-    if h[j] ~= 'resp' and h[j] ~= 'up' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
+local function start()
+  local rk = p .. 'run:' .. run
+  local ex = redis.call('HGET', rk, 'fp')
+  if ex then
+    if ex ~= fp then return {'conflict'} end
+    local h = redis.call('HGETALL', rk)
+    local r = {}
+    for j = 1, #h, 2 do
+      if h[j] ~= 'resp' and h[j] ~= 'up' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
+    end
+    return thread({'exists', r, redis.call('HGETALL', p .. 'intr')})
   end
-  return thread({'exists', r, redis.call('HGETALL', p .. 'intr')})
-end
-local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns')
-local lostrun = ''
-if m[1] then
-  if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
-  if lost(m[1], now, ret) then
-    lostrun = m[1]
-    m[5] = redis.call('HGET', meta, 'last')
+  local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns')
+  local lostrun = ''
+  if m[1] then
+    if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
+    if lost(m[1], now, ret) then
+      lostrun = m[1]
+      m[5] = redis.call('HGET', meta, 'last')
+    end
   end
+  local prevlast = m[5] or ''
+  local tok = string.format('%d', tonumber(m[6] or '0') + 1)
+  local n = string.format('%d', tonumber(m[7] or '0') + 1)
+  redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
+  redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0)
+  redis.call('ZADD', p .. 'runs', n, run)
+  return thread({'ok', tok, lostrun, prevlast})
 end
-local prevlast = m[5] or ''
-local tok = string.format('%d', tonumber(m[6] or '0') + 1)
-local n = string.format('%d', tonumber(m[7] or '0') + 1)
-redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
-redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0)
-redis.call('ZADD', p .. 'runs', n, run)
-return thread({'ok', tok, lostrun, prevlast})
+if not KEYS[2] then return start() end
+local runids, active, thr = KEYS[2], KEYS[3], ARGV[10]
+local member = ARGV[11] .. '/' .. run
+local claimed = redis.call('HGET', runids, run)
+if claimed and claimed ~= thr then return {'taken'} end
+if not claimed then redis.call('HSET', runids, run, thr) end
+redis.call('ZADD', active, 'NX', exp, member)
+local r = start()
+if r[1] == 'held' then
+  redis.call('ZREM', active, member)
+  if not claimed then redis.call('HDEL', runids, run) end
+elseif r[1] == 'ok' and r[3] ~= '' then
+  redis.call('ZREM', active, ARGV[11] .. '/' .. r[3])
+end
+return r
 `)
 
 // unstartScript takes back a run StartRun just created, when the run id
@@ -203,12 +229,21 @@ redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
 return 1
 `)
 
-// finishScript: see finishArgs for ARGV. Returns {'ok', updated} |
-// {'fenced'} | {'notfound'} | {'resumenotfound'} | {'illegal', status} |
-// {'conflict'}.
+// finishScript: KEYS meta [, tenant thread index, thread index, tenant
+// set, sweeper index]; ARGV [thread, tenant, tenant/thread,] then the
+// values Finish lists. Returns {'ok', updated} | {'fenced'} |
+// {'notfound'} | {'resumenotfound'} | {'illegal', status} | {'conflict'}.
+//
+// With the index keys (a single node) it also does what Finish otherwise
+// sends as commands of their own: on 'ok' it moves the thread up the
+// audit indexes (see queueIndex) and drops the sweeper entry; a run it
+// did not find leaves the sweeper too, and a refused finish leaves the
+// run to the sweeper, due now.
 var finishScript = redis.NewScript(prelude + `
 local i = 0
 local function nx() i = i + 1; return ARGV[i] end
+local thr, tenant, tt
+if KEYS[2] then thr, tenant, tt = nx(), nx(), nx() end
 local run, tok, now, status, reason = nx(), nx(), nx(), nx(), nx()
 local errf, err = nx(), nx()
 local uf, ui, uo, uc, ur = nx(), nx(), nx(), nx(), nx()
@@ -231,71 +266,92 @@ for j = 1, tonumber(nx()) do can[j] = nx() end
 local msgs = {}
 for j = i + 1, #ARGV do msgs[#msgs + 1] = ARGV[j] end
 
-local rk = p .. 'run:' .. run
-local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n')
-if not st[1] then return {'notfound'} end
-if st[1] ~= 'running' then
-  if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'} end
-  if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''} end
-  return {'illegal', st[1]}
-end
-if fenced(run, tok) then return {'fenced'} end
-local prk
-if resumes ~= '' then
-  prk = p .. 'run:' .. resumes
-  local pv = redis.call('HMGET', prk, 'st', 'rby')
-  if not pv[1] then return {'resumenotfound'} end
-  if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]} end
-end
-if trf == '1' then
-  if not checktr(keep, keephash) then return {'conflict'} end
-  writetr(keep, hashblob, hassys, sys, conn, fmt, tmodel, msgs, now)
-end
-local rset, rdel = {'st', status, 'reason', reason, 'fin', now}, {}
-local function put(f, v) rset[#rset + 1] = f; rset[#rset + 1] = v end
-if errf == '1' then put('err', err) else rdel[#rdel + 1] = 'err' end
-if uf == '1' then
-  put('ui', ui); put('uo', uo); put('uc', uc); put('ur', ur)
-  redis.call('HINCRBY', meta, 'ui', ui)
-  redis.call('HINCRBY', meta, 'uo', uo)
-  redis.call('HINCRBY', meta, 'uc', uc)
-  redis.call('HINCRBY', meta, 'ur', ur)
-else
-  rdel[#rdel + 1] = 'ui'; rdel[#rdel + 1] = 'uo'; rdel[#rdel + 1] = 'uc'; rdel[#rdel + 1] = 'ur'
-end
-if model ~= '' then put('model', model) end
-if pf == '1' then put('partial', partial) end
-if respf == '1' then put('resp', resp) end
-if upf == '1' then put('up', up) end
-if icf == '1' then put('ic', ic) end
-if repf == '1' then put('rep', rep) end
-if rstf == '1' then put('rst', rst) end
-if sidf == '1' then put('sid', sid) end
-redis.call('HSET', rk, unpack(rset))
-if #rdel > 0 then redis.call('HDEL', rk, unpack(rdel)) end
-local ik = p .. 'intr'
-for _, c in ipairs(intr) do
-  redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
-end
-for _, set in ipairs({{res, 'resolved'}, {can, 'cancelled'}}) do
-  for _, id in ipairs(set[1]) do
-    local v = redis.call('HGET', ik, id)
-    if v and string.sub(v, 1, 8) == 'pending\31' then
-      redis.call('HSET', ik, id, set[2] .. string.sub(v, 8))
+local function finish()
+  local rk = p .. 'run:' .. run
+  local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n')
+  if not st[1] then return {'notfound'} end
+  if st[1] ~= 'running' then
+    if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'} end
+    if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''} end
+    return {'illegal', st[1]}
+  end
+  if fenced(run, tok) then return {'fenced'} end
+  local prk
+  if resumes ~= '' then
+    prk = p .. 'run:' .. resumes
+    local pv = redis.call('HMGET', prk, 'st', 'rby')
+    if not pv[1] then return {'resumenotfound'} end
+    if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]} end
+  end
+  if trf == '1' then
+    if not checktr(keep, keephash) then return {'conflict'} end
+    writetr(keep, hashblob, hassys, sys, conn, fmt, tmodel, msgs, now)
+  end
+  local rset, rdel = {'st', status, 'reason', reason, 'fin', now}, {}
+  local function put(f, v) rset[#rset + 1] = f; rset[#rset + 1] = v end
+  if errf == '1' then put('err', err) else rdel[#rdel + 1] = 'err' end
+  if uf == '1' then
+    put('ui', ui); put('uo', uo); put('uc', uc); put('ur', ur)
+    redis.call('HINCRBY', meta, 'ui', ui)
+    redis.call('HINCRBY', meta, 'uo', uo)
+    redis.call('HINCRBY', meta, 'uc', uc)
+    redis.call('HINCRBY', meta, 'ur', ur)
+  else
+    rdel[#rdel + 1] = 'ui'; rdel[#rdel + 1] = 'uo'; rdel[#rdel + 1] = 'uc'; rdel[#rdel + 1] = 'ur'
+  end
+  if model ~= '' then put('model', model) end
+  if pf == '1' then put('partial', partial) end
+  if respf == '1' then put('resp', resp) end
+  if upf == '1' then put('up', up) end
+  if icf == '1' then put('ic', ic) end
+  if repf == '1' then put('rep', rep) end
+  if rstf == '1' then put('rst', rst) end
+  if sidf == '1' then put('sid', sid) end
+  redis.call('HSET', rk, unpack(rset))
+  if #rdel > 0 then redis.call('HDEL', rk, unpack(rdel)) end
+  local ik = p .. 'intr'
+  for _, c in ipairs(intr) do
+    redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
+  end
+  for _, set in ipairs({{res, 'resolved'}, {can, 'cancelled'}}) do
+    for _, id in ipairs(set[1]) do
+      local v = redis.call('HGET', ik, id)
+      if v and string.sub(v, 1, 8) == 'pending\31' then
+        redis.call('HSET', ik, id, set[2] .. string.sub(v, 8))
+      end
     end
   end
+  if prk then redis.call('HSET', prk, 'rby', run) end
+  redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
+  local mm = redis.call('HMGET', meta, 'nruns', 'created', 'updated')
+  local mset = {}
+  if model ~= '' then mset[#mset + 1] = 'model'; mset[#mset + 1] = model end
+  if mm[1] == st[4] then mset[#mset + 1] = 'last'; mset[#mset + 1] = status end
+  local updated = mm[3] or ''
+  if mm[2] then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
+  if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
+  endlog(run, ret)
+  return {'ok', updated}
 end
-if prk then redis.call('HSET', prk, 'rby', run) end
-redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
-local mm = redis.call('HMGET', meta, 'nruns', 'created', 'updated')
-local mset = {}
-if model ~= '' then mset[#mset + 1] = 'model'; mset[#mset + 1] = model end
-if mm[1] == st[4] then mset[#mset + 1] = 'last'; mset[#mset + 1] = status end
-local updated = mm[3] or ''
-if mm[2] then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
-if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
-endlog(run, ret)
-return {'ok', updated}
+if not KEYS[2] then return finish() end
+local r = finish()
+local member = tt .. '/' .. run
+if r[1] == 'ok' then
+  if trf == '1' then
+    redis.call('ZADD', KEYS[2], 'GT', now, thr)
+    redis.call('ZADD', KEYS[3], 'GT', now, tt)
+    redis.call('SADD', KEYS[4], tenant)
+  else
+    redis.call('ZADD', KEYS[2], 'XX', 'GT', now, thr)
+    redis.call('ZADD', KEYS[3], 'XX', 'GT', now, tt)
+  end
+  redis.call('ZREM', KEYS[5], member)
+elseif r[1] == 'notfound' then
+  redis.call('ZREM', KEYS[5], member)
+else
+  redis.call('ZADD', KEYS[5], 0, member)
+end
+return r
 `)
 
 // appendScript: ARGV run, tok, first, retention, maxlen, events…

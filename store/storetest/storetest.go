@@ -547,6 +547,10 @@ func testStaleLease(t *testing.T, h *harness) {
 	// Before expiry the lease is held.
 	_, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: "new", TTL: ttl})
 	wantErr(t, "start on held lease", err, store.ErrLeaseHeld)
+	// The refused start left no run id claim.
+	if _, err := h.s.FindRun(h.ctx, k.Tenant, "new"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("FindRun after a refused start: %v, want ErrNotFound", err)
+	}
 	h.clock.Advance(ttl + time.Second)
 	nw := h.start(k, "new")
 	if r := h.run(k, "old"); r.Status != store.Failed || r.Reason != store.ReasonProxyLost {
