@@ -30,10 +30,24 @@ type admission struct {
 func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool) {
 	a := &admission{}
 	cfg := ex.up.cfg
-	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
-	defer cancel()
+	// The limiters' store calls share one deadline, made only when a limit
+	// applies: most connections have none, and a timer per request costs.
+	var rctx context.Context
+	var cancel context.CancelFunc
+	limitCtx := func() context.Context {
+		if rctx == nil {
+			rctx, cancel = context.WithTimeout(context.Background(), s.storeTimeout)
+		}
+		return rctx
+	}
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
 
 	if ex.op.Kind == adapters.OpGenerate && (cfg.Rate.RPM > 0 || cfg.Rate.TPM > 0 || s.cfg.Limits.PerTenant.RPM > 0 || s.cfg.Limits.PerTenant.TPM > 0) {
+		rctx := limitCtx()
 		tokens := int64(limiter.EstimateTokens(len(ctx.PostBody())))
 		if mt := adapters.MaxOutputTokens(ctx.PostBody()); mt > 0 {
 			tokens += mt
@@ -56,7 +70,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool
 		}
 	}
 	if n := s.cfg.Limits.PerTenant.MaxStreams; n > 0 && ex.op.Stream {
-		slot, err := s.gates.Gate("tenant:"+ex.tenant, limiter.GateConfig{MaxConcurrent: n, MaxWaiting: -1}).Acquire(rctx)
+		slot, err := s.gates.Gate("tenant:"+ex.tenant, limiter.GateConfig{MaxConcurrent: n, MaxWaiting: -1}).Acquire(limitCtx())
 		if err != nil {
 			if errors.Is(err, limiter.ErrQueueFull) {
 				err = errTenantStreams
@@ -141,13 +155,15 @@ func (a *admission) refund() {
 		return
 	}
 	a.released = true
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if a.connRes != nil {
-		_ = a.connRes.Refund(ctx)
-	}
-	if a.tenantRes != nil {
-		_ = a.tenantRes.Refund(ctx)
+	if a.connRes != nil || a.tenantRes != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if a.connRes != nil {
+			_ = a.connRes.Refund(ctx)
+		}
+		if a.tenantRes != nil {
+			_ = a.tenantRes.Refund(ctx)
+		}
 	}
 	a.releaseSlots()
 }
@@ -175,13 +191,15 @@ func (a *admission) settle(usage adapters.Usage, status int, retryAfter time.Dur
 	if usage.Present {
 		actual = usage.InputTokens + usage.OutputTokens
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if a.connRes != nil {
-		_ = a.connRes.Settle(ctx, actual)
-	}
-	if a.tenantRes != nil {
-		_ = a.tenantRes.Settle(ctx, actual)
+	if a.connRes != nil || a.tenantRes != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if a.connRes != nil {
+			_ = a.connRes.Settle(ctx, actual)
+		}
+		if a.tenantRes != nil {
+			_ = a.tenantRes.Settle(ctx, actual)
+		}
 	}
 	if a.key != nil {
 		a.key.Done(status, retryAfter)

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 // settings are the command-line flags.
 type settings struct {
 	Duration     time.Duration `json:"duration"`
+	Rounds       int           `json:"rounds"`
 	Requests     int           `json:"requests"`
 	Concurrency  int           `json:"concurrency"`
 	Rate         float64       `json:"rate"`
@@ -53,6 +55,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs := flag.NewFlagSet("chronicle-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.DurationVar(&s.Duration, "duration", 2*time.Second, "length of each load phase")
+	fs.IntVar(&s.Rounds, "rounds", 1, "split each measured phase into this many rounds, taken in turn across the targets (CPU is the median round's)")
 	fs.IntVar(&s.Requests, "requests", 0, "requests per phase instead of --duration (0: use duration)")
 	fs.IntVar(&s.Concurrency, "concurrency", 32, "closed loop: virtual users in flight")
 	fs.Float64Var(&s.Rate, "rate", 200, "open loop: arrivals per second (0 skips the open-loop workload)")
@@ -78,8 +81,11 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	if s.Concurrency < 1 || s.Duration <= 0 && s.Requests <= 0 {
 		return nil, fmt.Errorf("need --concurrency >= 1 and a positive --duration or --requests")
 	}
-	if s.cpuProfile != "" && (s.Requests > 0 || s.Duration < time.Second) {
-		return nil, fmt.Errorf("--cpuprofile needs --duration of at least 1s (a profile runs for whole seconds)")
+	if s.Rounds < 1 {
+		return nil, fmt.Errorf("--rounds: want at least 1, got %d", s.Rounds)
+	}
+	if s.cpuProfile != "" && (s.Requests > 0 || s.Duration/time.Duration(max(s.Rounds, 1)) < time.Second) {
+		return nil, fmt.Errorf("--cpuprofile needs rounds of at least 1s (--duration / --rounds; a profile runs for whole seconds)")
 	}
 	return s, nil
 }
@@ -93,22 +99,23 @@ func main() {
 
 // Row is one workload against one target.
 type Row struct {
-	Workload     string   `json:"workload"`
-	Target       string   `json:"target"`
-	Requests     int      `json:"requests"`
-	Errors       int      `json:"errors"`
-	ErrorSamples []string `json:"error_samples,omitempty"`
-	Seconds      float64  `json:"seconds"`
-	RPS          float64  `json:"rps"`
-	Latency      Dist     `json:"latency"`
-	TTFE         *Dist    `json:"ttfe,omitempty"`
-	Pairs        int      `json:"pairs"`
-	Added        *Dist    `json:"added,omitempty"`
-	AddedTTFE    *Dist    `json:"added_ttfe,omitempty"`
-	AddedGap     *Dist    `json:"added_gap,omitempty"`
-	CPUPer1k     float64  `json:"cpu_s_per_1k"`
-	StoreCPU1k   float64  `json:"store_cpu_s_per_1k,omitempty"`
-	PeakRSSKB    int64    `json:"peak_rss_kb"`
+	Workload     string    `json:"workload"`
+	Target       string    `json:"target"`
+	Requests     int       `json:"requests"`
+	Errors       int       `json:"errors"`
+	ErrorSamples []string  `json:"error_samples,omitempty"`
+	Seconds      float64   `json:"seconds"`
+	RPS          float64   `json:"rps"`
+	Latency      Dist      `json:"latency"`
+	TTFE         *Dist     `json:"ttfe,omitempty"`
+	Pairs        int       `json:"pairs"`
+	Added        *Dist     `json:"added,omitempty"`
+	AddedTTFE    *Dist     `json:"added_ttfe,omitempty"`
+	AddedGap     *Dist     `json:"added_gap,omitempty"`
+	CPUPer1k     float64   `json:"cpu_s_per_1k"`
+	CPURounds    []float64 `json:"cpu_s_per_1k_rounds,omitempty"`
+	StoreCPU1k   float64   `json:"store_cpu_s_per_1k,omitempty"`
+	PeakRSSKB    int64     `json:"peak_rss_kb"`
 }
 
 // Report is everything one run measured.
@@ -311,9 +318,24 @@ func bench(s *settings, ts []*target, rep *Report, logf func(string, ...any)) {
 		}
 	}
 	for _, w := range ws {
+		cells := make([]*cellRun, len(ts))
 		for i, t := range ts {
-			logf("%-12s %s", w.name, t.Name)
-			row, okByTID := cell(s, w, t, clients[i], direct, runTag)
+			cells[i] = newCell(s, w, t, runTag)
+		}
+		// Rounds go in turn across the targets, so a slow spell of the
+		// machine falls on all of them rather than on one.
+		for r := range s.Rounds {
+			for i, t := range ts {
+				if s.Rounds > 1 {
+					logf("%-12s %s (round %d of %d)", w.name, t.Name, r+1, s.Rounds)
+				} else {
+					logf("%-12s %s", w.name, t.Name)
+				}
+				cells[i].measure(clients[i], r)
+			}
+		}
+		for i, t := range ts {
+			row, okByTID := cells[i].finish(clients[i], direct)
 			rep.Rows = append(rep.Rows, row)
 			if row.Errors > 0 {
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s log after %s errors:\n%s", t.Name, w.name, indent(t.proc.lastLines(), 6)))
@@ -348,12 +370,25 @@ func bench(s *settings, ts []*target, rep *Report, logf func(string, ...any)) {
 	}
 }
 
-// cell runs one workload against one target: a measured phase for
+// cellRun is one workload against one target: measured rounds for
 // throughput, latency, CPU and RSS, then (except for direct) a paired phase
 // for the latency added over direct.
-func cell(s *settings, w *workload, t *target, c, direct *client, runTag string) (*Row, map[string]int) {
-	row := &Row{Workload: w.name, Target: t.Name}
-	tids := func(phase string) func(int) string {
+type cellRun struct {
+	s       *settings
+	w       *workload
+	t       *target
+	row     *Row
+	tids    func(phase string) func(int) string
+	lat     []int64
+	ttfe    []int64
+	okByTID map[string]int
+	cpu     []float64 // per round, s/1k
+	aux     []float64
+}
+
+func newCell(s *settings, w *workload, t *target, runTag string) *cellRun {
+	c := &cellRun{s: s, w: w, t: t, row: &Row{Workload: w.name, Target: t.Name}, okByTID: map[string]int{}}
+	c.tids = func(phase string) func(int) string {
 		if !w.threads {
 			return nil
 		}
@@ -363,22 +398,33 @@ func cell(s *settings, w *workload, t *target, c, direct *client, runTag string)
 		}
 		return func(i int) string { return ids[i] }
 	}
+	resetPeakRSS(t.proc.pid())
+	return c
+}
+
+// measure runs round r of the measured phase: --duration (or --requests)
+// split into --rounds. Each round's virtual users keep their thread ids.
+func (c *cellRun) measure(cl *client, r int) {
+	s, w, t := c.s, c.w, c.t
 	pid := t.proc.pid()
-	resetPeakRSS(pid)
 	cpu0 := cpuSeconds(pid)
 	var aux0 float64
 	if t.aux != nil {
 		aux0 = cpuSeconds(t.aux.pid())
 	}
-	l := &load{proxied: c, sp: w.sp, tid: tids("solo"), conc: s.Concurrency, dur: s.Duration, maxReq: s.Requests}
+	dur, maxReq := s.Duration/time.Duration(s.Rounds), 0
+	if s.Requests > 0 {
+		maxReq = max(s.Requests/s.Rounds, 1)
+	}
+	l := &load{proxied: cl, sp: w.sp, tid: c.tids("solo"), conc: s.Concurrency, dur: dur, maxReq: maxReq}
 	if w.open {
 		l.rate = s.Rate
 	}
 	var profiled chan error
-	if s.cpuProfile != "" && t.root != "" {
+	if r == 0 && s.cpuProfile != "" && t.root != "" {
 		profiled = make(chan error, 1)
 		go func() {
-			profiled <- cpuProfile(t.root, s.Duration, filepath.Join(s.cpuProfile, t.Name+"-"+w.name+".prof"))
+			profiled <- cpuProfile(t.root, dur, filepath.Join(s.cpuProfile, t.Name+"-"+w.name+".prof"))
 		}()
 	}
 	solo := l.run()
@@ -388,32 +434,52 @@ func cell(s *settings, w *workload, t *target, c, direct *client, runTag string)
 			fmt.Fprintf(os.Stderr, "chronicle-bench: cpu profile of %s %s: %v\n", t.Name, w.name, err)
 		}
 	}
-	row.Requests = len(solo.samples)
-	row.Seconds = solo.elapsed.Seconds()
-	row.RPS = float64(row.Requests) / row.Seconds
-	if row.Requests > 0 {
-		row.CPUPer1k = cpu / float64(row.Requests) * 1000
+	row := c.row
+	n := len(solo.samples)
+	row.Requests += n
+	row.Seconds += solo.elapsed.Seconds()
+	if n > 0 {
+		c.cpu = append(c.cpu, cpu/float64(n)*1000)
 		if t.aux != nil {
-			row.StoreCPU1k = (cpuSeconds(t.aux.pid()) - aux0) / float64(row.Requests) * 1000
+			c.aux = append(c.aux, (cpuSeconds(t.aux.pid())-aux0)/float64(n)*1000)
 		}
 	}
-	var lat, ttfe []int64
 	for _, sm := range solo.samples {
 		if sm.ok {
-			lat = append(lat, sm.lat)
-			ttfe = append(ttfe, sm.ttfe)
+			c.lat = append(c.lat, sm.lat)
+			c.ttfe = append(c.ttfe, sm.ttfe)
 		}
 	}
-	row.Latency = summarize(lat)
+	row.Errors += solo.errCount
+	for _, e := range solo.errs {
+		if len(row.ErrorSamples) < 5 {
+			row.ErrorSamples = append(row.ErrorSamples, e)
+		}
+	}
+	for k, v := range solo.okByTID {
+		c.okByTID[k] += v
+	}
+}
+
+// finish runs the paired phase and completes the row. CPU per 1k is the
+// median round's (the only round's with --rounds 1).
+func (c *cellRun) finish(cl, direct *client) (*Row, map[string]int) {
+	s, w, t, row := c.s, c.w, c.t, c.row
+	if row.Seconds > 0 {
+		row.RPS = float64(row.Requests) / row.Seconds
+	}
+	row.CPUPer1k = median(c.cpu)
+	if len(c.cpu) > 1 {
+		row.CPURounds = c.cpu
+	}
+	row.StoreCPU1k = median(c.aux)
+	row.Latency = summarize(c.lat)
 	if w.sp.stream {
-		d := summarize(ttfe)
+		d := summarize(c.ttfe)
 		row.TTFE = &d
 	}
-	row.Errors = solo.errCount
-	row.ErrorSamples = solo.errs
-	okByTID := solo.okByTID
 	if t.Name != "direct" && !w.noPair {
-		pl := &load{proxied: c, direct: direct, sp: w.sp, tid: tids("pair"), conc: s.Concurrency, dur: s.Duration, maxReq: s.Requests}
+		pl := &load{proxied: cl, direct: direct, sp: w.sp, tid: c.tids("pair"), conc: s.Concurrency, dur: s.Duration, maxReq: s.Requests}
 		if w.open {
 			pl.rate = s.Rate
 		}
@@ -429,11 +495,26 @@ func cell(s *settings, w *workload, t *target, c, direct *client, runTag string)
 			}
 		}
 		for k, v := range paired.okByTID {
-			okByTID[k] += v
+			c.okByTID[k] += v
 		}
 	}
-	row.PeakRSSKB = statusKB(pid, "VmHWM")
-	return row, okByTID
+	row.PeakRSSKB = statusKB(t.proc.pid(), "VmHWM")
+	return row, c.okByTID
+}
+
+// median of xs (the mean of the middle two for an even count); 0 when
+// empty.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	ys := slices.Clone(xs)
+	slices.Sort(ys)
+	m := len(ys) / 2
+	if len(ys)%2 == 1 {
+		return ys[m]
+	}
+	return (ys[m-1] + ys[m]) / 2
 }
 
 // failed reports whether any request failed or any check found a loss.

@@ -179,8 +179,12 @@ func printReport(w io.Writer, r *Report) {
 }
 
 func phaseLen(s *settings) string {
+	l := s.Duration.String()
 	if s.Requests > 0 {
-		return strconv.Itoa(s.Requests) + " requests"
+		l = strconv.Itoa(s.Requests) + " requests"
 	}
-	return s.Duration.String()
+	if s.Rounds > 1 {
+		l += fmt.Sprintf(" in %d rounds", s.Rounds)
+	}
+	return l
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,27 @@ func TestChronicleConfigParses(t *testing.T) {
 		}
 		if cfg.Admin.Pprof != c.pprof || c.pprof && cfg.Admin.Token == "" {
 			t.Errorf("%s config with pprof=%v parsed as %+v", driver, c.pprof, cfg.Admin)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{0.2, 0.1, 0.9, 0.1, 0.15}, 0.15},
+	} {
+		in := slices.Clone(tc.in)
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+		if !slices.Equal(in, tc.in) {
+			t.Errorf("median reordered its input: %v", tc.in)
 		}
 	}
 }
