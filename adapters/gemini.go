@@ -7,6 +7,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // Gemini is the adapter for the Gemini native API (generateContent,
@@ -206,7 +208,7 @@ func (g *Gemini) StreamErrorEvent(status int, code, message string) []byte {
 // is candidates[0].content, compacted ({"parts":[],"role":"model"} when the
 // candidate has none).
 func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
-	if !gjson.ValidBytes(body) {
+	if !jsonscan.Valid(body) {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
 	}
 	root := gjson.Parse(str(body))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // NewAssembler implements Adapter.
@@ -51,7 +53,7 @@ func (s *geminiAssembler) Reset() {
 // element of a JSON-array stream.
 func (s *geminiAssembler) Feed(data []byte) error {
 	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
+	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
 		return fmt.Errorf("gemini chunk: %w", ErrInvalidJSON)
 	}
 	eachMember(str(data), func(k, v string) bool {

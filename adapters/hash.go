@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // Hash identifies a message's JSON value for prefix comparison.
@@ -25,7 +27,7 @@ func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 // so it is stable across processes and versions and safe to store.
 func HashMessage(msg []byte) Hash {
 	h := sha256.New()
-	if !gjson.ValidBytes(msg) {
+	if !jsonscan.Valid(msg) {
 		h.Write([]byte{'x'})
 		h.Write(msg)
 	} else {

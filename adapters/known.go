@@ -54,7 +54,7 @@ func skipSpace(b []byte, i int) int {
 func validArray(arr []byte, known [][]byte) (Prefix, bool) {
 	k, off := KnownPrefix(arr, known)
 	if k == 0 {
-		return Prefix{}, gjson.Valid(str(arr))
+		return Prefix{}, jsonscan.ValidString(str(arr))
 	}
 	return Prefix{Known: k, TailAt: off}, validTail(arr, off)
 }
@@ -75,7 +75,7 @@ func validTail(arr []byte, off int) bool {
 	}
 	tail := make([]byte, 0, len(arr)-off+1)
 	tail = append(append(tail, '['), arr[off:]...)
-	return gjson.Valid(str(tail))
+	return jsonscan.ValidString(str(tail))
 }
 
 // arrayAt returns the array at path, a slice of body, when it is one and

@@ -9,6 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // ReasoningPolicy says on which assistant messages a provider wants
@@ -151,7 +153,7 @@ func (a *OpenAIChat) System(body []byte) []byte { return nil }
 func (a *OpenAIChat) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
 
 func setRaw(body []byte, path string, value []byte) ([]byte, error) {
-	if !gjson.ValidBytes(value) {
+	if !jsonscan.Valid(value) {
 		return nil, fmt.Errorf("set %s: %w", path, ErrInvalidJSON)
 	}
 	out, err := sjson.SetRawBytes(body, path, value)
@@ -494,7 +496,7 @@ func appendJSONString(b []byte, s string) []byte {
 // carry: "refusal":null, "annotations":[], tool_calls[].index; "content"
 // is added as null when absent.
 func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
-	if !gjson.ValidBytes(body) {
+	if !jsonscan.Valid(body) {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
 	}
 	if t, ok := parseOpenAIAnswer(body); ok {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // NewAssembler implements Adapter.
@@ -110,7 +112,7 @@ func (s *openAIAssembler) Feed(data []byte) error {
 		s.done = true
 		return nil
 	}
-	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
+	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
 		return fmt.Errorf("openai chunk: %w", ErrInvalidJSON)
 	}
 	eachMember(str(data), func(k, v string) bool {

@@ -5,7 +5,7 @@ import "github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 // A minimal scanner over raw JSON text for the per-event hot path. gjson
 // decodes every string value it visits that holds an escape (one allocation
 // each), so the assemblers walk objects with these helpers instead and keep
-// strings in their escaped form. Inputs are validated before (gjson.Valid);
+// strings in their escaped form. Inputs are validated before (jsonscan.Valid);
 // on invalid input the helpers stop early, never panic.
 
 // skipWSs returns the index of the first non-space byte at or after i.

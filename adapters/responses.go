@@ -7,6 +7,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // ResponsesDialect configures the OpenAI Responses adapter for one family
@@ -84,7 +86,7 @@ func (a *Responses) Messages(body []byte) ([]byte, bool) {
 func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
 	r := get(body, "input")
 	switch {
-	case r.Type == gjson.String && gjson.Valid(r.Raw):
+	case r.Type == gjson.String && jsonscan.ValidString(r.Raw):
 		b := make([]byte, 0, len(r.Raw)+48)
 		b = append(b, `[{"type":"message","role":"user","content":`...)
 		b = append(b, r.Raw...)
@@ -100,7 +102,7 @@ func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, 
 
 // SetMessages implements Adapter; input is always written as an array.
 func (a *Responses) SetMessages(body, messages []byte) ([]byte, error) {
-	if !gjson.ValidBytes(messages) || !gjson.Parse(str(messages)).IsArray() {
+	if !jsonscan.Valid(messages) || !gjson.Parse(str(messages)).IsArray() {
 		return nil, fmt.Errorf("set input: %w", ErrInvalidJSON)
 	}
 	return setRaw(body, "input", messages)
@@ -293,7 +295,7 @@ func (a *Responses) ResponseID(payload []byte) string {
 // input. A string input becomes a user message item. A body without
 // previous_response_id is returned unchanged.
 func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
-	if !gjson.ValidBytes(body) {
+	if !jsonscan.Valid(body) {
 		return nil, fmt.Errorf("expand previous response: %w", ErrInvalidJSON)
 	}
 	prev := get(body, "previous_response_id")
@@ -301,7 +303,7 @@ func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 		return body, nil
 	}
 	st := gjson.Parse(str(storedItems))
-	if !st.IsArray() || !gjson.ValidBytes(storedItems) {
+	if !st.IsArray() || !jsonscan.Valid(storedItems) {
 		return nil, fmt.Errorf("expand previous response: stored items: %w", ErrInvalidJSON)
 	}
 	in, _ := (&Responses{}).Messages(body)
@@ -338,7 +340,7 @@ func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 // Terminal is false only for a background response still queued or in
 // progress.
 func (a *Responses) ParseResponse(body []byte) (Turn, error) {
-	if !gjson.ValidBytes(body) {
+	if !jsonscan.Valid(body) {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
 	}
 	root := gjson.Parse(str(body))

@@ -8,6 +8,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // NewAssembler implements Adapter.
@@ -132,7 +134,7 @@ func (s *responsesAssembler) Feed(data []byte) error {
 	if bytes.Equal(data, doneMarker) { // not sent by Responses servers; harmless
 		return nil
 	}
-	if len(data) == 0 || data[0] != '{' || !gjson.ValidBytes(data) {
+	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
 		return fmt.Errorf("responses event: %w", ErrInvalidJSON)
 	}
 	var typ, outIdx, cIdx, sIdx, delta, text, item, resp, errv string
@@ -332,7 +334,7 @@ func (s *responsesAssembler) size() int {
 // output_item.added and the deltas so far.
 func (it *rsItem) appendTo(m []byte) []byte {
 	raw := it.raw
-	if len(raw) == 0 || !gjson.ValidBytes(raw) {
+	if len(raw) == 0 || !jsonscan.Valid(raw) {
 		raw = []byte(`{}`)
 	}
 	if it.done {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // SkipSignature is Google's placeholder thought signature; like a missing or
@@ -292,7 +294,7 @@ func argsEqual(a, b string) bool {
 	if a == b {
 		return true
 	}
-	if gjson.Valid(a) && gjson.Valid(b) {
+	if jsonscan.ValidString(a) && jsonscan.ValidString(b) {
 		return JSONEqual([]byte(a), []byte(b))
 	}
 	return false

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/store"
-	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -141,7 +141,7 @@ func rawOr(b []byte, def string) json.RawMessage {
 	if len(b) == 0 {
 		return json.RawMessage(def)
 	}
-	if gjson.ValidBytes(b) {
+	if jsonscan.Valid(b) {
 		return json.RawMessage(b)
 	}
 	q, _ := json.Marshal(string(b))

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/chronicle-proxy/chronicle/store"
-	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -170,7 +170,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		knownMsgs = kept.msgs
 	}
 	messages, matched, ok := ad.MessagesKnown(body, knownMsgs)
-	if !ok && !gjson.ValidBytes(body) {
+	if !ok && !jsonscan.Valid(body) {
 		// Refused before any run exists: nothing is stored for it.
 		writeError(ctx, ad, apiError{status: 400, code: "invalid_json",
 			message: "The request body is not valid JSON."})

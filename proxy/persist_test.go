@@ -382,17 +382,38 @@ var _ = json.Valid
 
 // TestInvalidJSONStoresNothing: a malformed body gets the provider's 400
 // shape, reaches no upstream and leaves no run behind.
+//
+// The deeply nested body is 7 MB of '[' (under the 8 MiB body limit):
+// gjson's validator recursed once per level and overflowed the goroutine
+// stack on it, a fatal error that took the whole proxy down.
 func TestInvalidJSONStoresNothing(t *testing.T) {
+	deep := `{"model":"gpt-4o","messages":[{"role":"user","content":` + strings.Repeat("[", 7<<20) + `}]}`
 	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
-		resp, body := do(t, "POST", p.URL+"/openai/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":`, "Authorization", "Bearer kj", "X-Thread-Id", "t-bad")
-		if resp.StatusCode != 400 || !strings.Contains(string(body), `"code":"invalid_json"`) {
-			t.Fatalf("%d %s", resp.StatusCode, body)
+		for _, tc := range []struct{ name, body string }{
+			{"truncated", `{"model":"gpt-4o","messages":[{"role":`},
+			{"nested too deep", deep},
+		} {
+			tid := "t-bad-" + strings.ReplaceAll(tc.name, " ", "-")
+			resp, body := do(t, "POST", p.URL+"/openai/v1/chat/completions", tc.body, "Authorization", "Bearer kj", "X-Thread-Id", tid)
+			if resp.StatusCode != 400 || !strings.Contains(string(body), `"code":"invalid_json"`) {
+				t.Fatalf("%s: %d %.300s", tc.name, resp.StatusCode, body)
+			}
+			if n := len(m.Requests()); n != 0 {
+				t.Fatalf("%s: %d upstream requests", tc.name, n)
+			}
+			if r, _ := do(t, "GET", p.URL+"/api/threads/"+tid, "", "Authorization", "Bearer kj"); r.StatusCode != 404 {
+				t.Fatalf("%s: a thread was stored for a malformed request (%d)", tc.name, r.StatusCode)
+			}
 		}
-		if n := len(m.Requests()); n != 0 {
-			t.Fatalf("%d upstream requests", n)
+		// Passed through unparsed, the provider (the mock) refuses it too,
+		// and the proxy is still up.
+		resp, body := do(t, "POST", p.URL+"/plain/v1/chat/completions", deep, "Authorization", "Bearer kj")
+		if resp.StatusCode != 400 {
+			t.Fatalf("deep body passed through: %d %.300s", resp.StatusCode, body)
 		}
-		if r, _ := do(t, "GET", p.URL+"/api/threads/t-bad", "", "Authorization", "Bearer kj"); r.StatusCode != 404 {
-			t.Fatalf("a thread was stored for a malformed request (%d)", r.StatusCode)
+		if resp, body := do(t, "POST", p.URL+"/openai/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+			"Authorization", "Bearer kj"); resp.StatusCode != 200 {
+			t.Fatalf("after the deep bodies: %d %s", resp.StatusCode, body)
 		}
 	})
 }

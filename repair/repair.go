@@ -105,7 +105,7 @@ func str(b []byte) string {
 // parseArray checks that b is a valid JSON array and returns it parsed.
 func parseArray(b []byte) (gjson.Result, error) {
 	s := str(b)
-	if !gjson.Valid(s) {
+	if !jsonscan.ValidString(s) {
 		return gjson.Result{}, ErrNotArray
 	}
 	r := gjson.Parse(s)

@@ -1,7 +1,9 @@
-// Package jsonscan finds the ends of JSON strings in raw text with a
-// vectorised search, for the scanners in adapters and repair that walk
-// raw JSON without decoding it. Long string values (message text, thought
-// signatures, pasted documents) are most of the bytes those scanners see.
+// Package jsonscan checks and walks raw JSON text without decoding it, for
+// the scanners in adapters and repair and for every validity check on a
+// request or an answer: Valid (bounded nesting, no recursion, string
+// contents eight bytes at a time) and StringEnd (the end of a string, with
+// a vectorised search). Long string values (message text, thought
+// signatures, pasted documents) are most of the bytes they see.
 package jsonscan
 
 import "strings"

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // knobs are the X-Mock-* request headers of one request.
@@ -161,7 +163,9 @@ func (h *handling) serve() {
 		h.reject(authRejection(p, key == ""))
 		return
 	}
-	if !gjson.ValidBytes(h.body) {
+	// jsonscan.Valid, not gjson.ValidBytes: it bounds nesting where gjson
+	// recurses, and a few megabytes of "[" would overflow the stack.
+	if !jsonscan.Valid(h.body) {
 		h.reject(invalidJSONRejection(p))
 		return
 	}

@@ -1,0 +1,123 @@
+package jsonscan
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+func TestValid(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{``, false},
+		{` `, false},
+		{`{}`, true},
+		{` [ ] `, true},
+		{`{"a":1,"b":[true,false,null],"c":{"d":"e"}}`, true},
+		{`{"a":1,}`, false},
+		{`[1,]`, false},
+		{`[,1]`, false},
+		{`{"a" 1}`, false},
+		{`{1:2}`, false},
+		{`[1 2]`, false},
+		{`[1}`, false},
+		{`{"a":1]`, false},
+		{`[[]`, false},
+		{`[]]`, false},
+		{`"x" "y"`, false},
+		{`-0.5e+10`, true},
+		{`01`, false},
+		{`-`, false},
+		{`1.`, false},
+		{`1e`, false},
+		{`1.5E-3`, true},
+		{`tru`, false},
+		{`truex`, false},
+		{`nul`, false},
+		{`"a\"b\\c\/d\b\f\n\r\t\u00e9"`, true},
+		{`"\x"`, false},
+		{`"\u12g4"`, false},
+		{`"\u12"`, false},
+		{"\"tab\there\"", false},
+		{"\"\x7f and \xff bytes\"", true},
+		{`"` + strings.Repeat("long plain text ", 100) + `"`, true},
+		{`"` + strings.Repeat("long plain text ", 100) + "\n" + `"`, false},
+		{`"` + strings.Repeat("abcdefg\\\"", 50) + `"`, true},
+		{`"unterminated`, false},
+		{`"ends in a backslash\`, false},
+	} {
+		if got := ValidString(tc.in); got != tc.want {
+			t.Errorf("Valid(%q) = %v, want %v", clip(tc.in), got, tc.want)
+		}
+		if got := gjson.Valid(tc.in); got != tc.want {
+			t.Errorf("gjson.Valid(%q) = %v: the case is wrong", clip(tc.in), got)
+		}
+	}
+}
+
+func clip(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
+}
+
+// TestValidDeep: nesting is bounded, not recursed. gjson.Valid on the 8 MB
+// input overflows the goroutine stack and kills the process.
+func TestValidDeep(t *testing.T) {
+	nest := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	if !ValidString(nest(MaxDepth)) {
+		t.Fatalf("nesting %d deep refused", MaxDepth)
+	}
+	if ValidString(nest(MaxDepth + 1)) {
+		t.Fatalf("nesting %d deep accepted", MaxDepth+1)
+	}
+	obj := strings.Repeat(`{"a":`, MaxDepth) + "1" + strings.Repeat("}", MaxDepth)
+	if !ValidString(obj) {
+		t.Fatal("objects nested MaxDepth deep refused")
+	}
+	if ValidString(strings.Repeat("[", 8<<20)) {
+		t.Fatal("8 MB of '[' accepted")
+	}
+}
+
+func FuzzValid(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2,{"b":"c\n"}],"d":-1.5e3}`, `[]`, `"\u00e9"`, `[1,]`, `{"a":tru}`, "\"a\x01\""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := ValidString(s)
+		if want := gjson.Valid(s); got != want {
+			t.Fatalf("Valid(%q) = %v, gjson.Valid %v", s, got, want)
+		}
+		// Valid JSON to encoding/json too (which also checks UTF-8).
+		if got && !json.Valid([]byte(s)) && strings.ToValidUTF8(s, "") == s {
+			t.Fatalf("Valid(%q) but encoding/json refuses it", s)
+		}
+	})
+}
+
+func BenchmarkValid(b *testing.B) {
+	msg := `{"role":"user","content":"` + strings.Repeat("Some message text, with punctuation: and \\\"quotes\\\" now and then.\\n", 4000) + `"}`
+	body := []byte(`{"model":"gpt-4o","messages":[` + strings.Repeat(msg+",", 9) + msg + `]}`)
+	b.Run("jsonscan", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if !Valid(body) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+	b.Run("gjson", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if !gjson.ValidBytes(body) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+}
