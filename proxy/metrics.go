@@ -149,7 +149,11 @@ const maxModelLabels = 64
 
 // modelLabel is model, or "other" once a connection has seen too many.
 func (m *serverMetrics) modelLabel(connection, model string) string {
-	v, _ := m.models.LoadOrStore(connection, &modelSet{seen: map[string]bool{}})
+	v, ok := m.models.Load(connection)
+	if !ok {
+		// LoadOrStore's argument is built on every call: only when missing.
+		v, _ = m.models.LoadOrStore(connection, &modelSet{seen: map[string]bool{}})
+	}
 	ms := v.(*modelSet)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
