@@ -52,10 +52,23 @@ func hashBlob(hs []store.Hash) string {
 }
 
 // LoadThread reads meta, messages and hashes in one MULTI/EXEC round trip.
+//
+// Blobs (large messages) come in a second round trip; a concurrent rewrite
+// may delete one in between, and then the whole read is taken again.
 func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
 	if err := k.Validate(); err != nil {
 		return store.Thread{}, err
 	}
+	for attempt := 1; ; attempt++ {
+		th, err := s.loadThread(ctx, k)
+		if errors.Is(err, errBlobGone) && attempt < 3 {
+			continue
+		}
+		return th, err
+	}
+}
+
+func (s *Store) loadThread(ctx context.Context, k store.Key) (store.Thread, error) {
 	p := s.prefix(k)
 	pipe := s.c.TxPipeline()
 	metaCmd := pipe.HGetAll(ctx, p+"meta")
@@ -67,6 +80,9 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	th, found, err := threadFrom(k, metaCmd.Val(), msgsCmd.Val(), hashCmd.Val())
 	if err == nil && !found {
 		err = fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
+	}
+	if err == nil {
+		err = s.fetchBlobs(ctx, k, &th)
 	}
 	return th, err
 }
@@ -130,6 +146,72 @@ func scriptThread(k store.Key, r []any, at int) (th store.Thread, found, unchang
 	return th, found, unchanged, err
 }
 
+// blobMin is the size from which a message is kept out of the scripts'
+// arguments: staged as a key of its own, and stored as a blob key the
+// message list refers to. Redis copies a script argument into Lua before
+// the script starts, slowly (an EVAL that ignores one 10 MB argument takes
+// about 19 ms on the bench machine, a plain SET of it a few), and no
+// other client is served meanwhile.
+const blobMin = 128 << 10
+
+// stageTTL bounds how long a staged message outlives a transcript write
+// whose script never ran.
+const stageTTL = 10 * time.Minute
+
+// stage appends msgs to args as script arguments. A message of at least
+// blobMin bytes is queued in b as a plain SET of the stage key, ahead of
+// the script, and passed as "\x00" and its stage name (the run id and its
+// position: a retried write stages again under the same names). The
+// script renames the stages it uses and deletes the others, whatever it
+// decides; stageTTL covers a script that never ran. (A NOSCRIPT re-send
+// finds the stages in place: the script did not run.)
+func (s *Store) stage(b *batch, k store.Key, run string, msgs [][]byte, args []any) []any {
+	for i, m := range msgs {
+		if len(m) < blobMin {
+			args = append(args, m)
+			continue
+		}
+		name := run + ":" + strconv.Itoa(i)
+		key := s.prefix(k) + "stage:" + name
+		b.pipe.Set(b.ctx, key, m, stageTTL)
+		b.size += len(m)
+		args = append(args, "\x00"+name)
+	}
+	return args
+}
+
+// errBlobGone: a listed blob key was not there when read (a concurrent
+// rewrite deleted it).
+var errBlobGone = errors.New("message blob gone")
+
+// fetchBlobs replaces the blob references in th's messages ("\x00" and the
+// blob id) by the messages, read with one MGET (one slot: the thread's).
+func (s *Store) fetchBlobs(ctx context.Context, k store.Key, th *store.Thread) error {
+	var at []int
+	var keys []string
+	for i, m := range th.Messages {
+		if len(m) > 0 && m[0] == 0 {
+			at = append(at, i)
+			keys = append(keys, s.prefix(k)+"blob:"+string(m[1:]))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	vals, err := s.c.MGet(ctx, keys...).Result()
+	if err != nil {
+		return mapErr(err)
+	}
+	for j, v := range vals {
+		m, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("thread %s message %d: %w", k, at[j], errBlobGone)
+		}
+		th.Messages[at[j]] = []byte(m)
+	}
+	return nil
+}
+
 func transcriptArgs(t *store.Transcript) []any {
 	sys := ""
 	if t.System != nil {
@@ -148,10 +230,8 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 	}
 	now := s.now()
 	args := append([]any{l.RunID, l.Token, now}, transcriptArgs(&t)...)
-	for _, m := range t.Messages {
-		args = append(args, m)
-	}
 	b := s.batch(ctx)
+	args = s.stage(b, l.Key, l.RunID, t.Messages, args)
 	cmd := b.script(saveScript, []string{s.meta(l.Key)}, args...)
 	s.queueIndex(ctx, b.pipe, l.Key, now, true)
 	if err := b.exec(s); err != nil {
@@ -269,6 +349,9 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		if res.Thread, res.ThreadFound, res.Unchanged, err = scriptThread(k, r, at); err != nil {
 			return store.Started{}, err
 		}
+		if err := s.fetchBlobs(ctx, k, &res.Thread); err != nil {
+			return store.Started{}, err
+		}
 	}
 	return res, nil
 }
@@ -366,13 +449,11 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	for _, id := range f.Cancel {
 		args = append(args, id)
 	}
-	if f.Transcript != nil {
-		for _, m := range f.Transcript.Messages {
-			args = append(args, m)
-		}
-	}
 	member := activeMember(l.Key, l.RunID)
 	b := s.batch(ctx)
+	if f.Transcript != nil {
+		args = s.stage(b, l.Key, l.RunID, f.Transcript.Messages, args)
+	}
 	cmd := b.script(finishScript, keys, args...)
 	if s.cluster {
 		// The index writes use now, the time the script writes as updated

@@ -35,8 +35,32 @@ local function checktr(keep, keephash)
   if keep > 0 and redis.call('GETRANGE', p .. 'hashes', (keep - 1) * 16, keep * 16 - 1) ~= keephash then return false end
   return true
 end
--- writetr applies a checked transcript; a write that is already applied
--- (a retry) changes nothing.
+-- A large message is not a script argument: a transcript write passes
+-- '\0' .. name for it, and the message waits in the key p .. 'stage:' ..
+-- name, written by a plain SET ahead of the script. Applying the write
+-- renames the stage to the blob key p .. 'blob:' .. id and lists
+-- '\0' .. id in its place; readers fetch blobs with MGET.
+local function staged(msgs)
+  for _, m in ipairs(msgs) do
+    if string.byte(m, 1) == 0 and redis.call('EXISTS', p .. 'stage:' .. string.sub(m, 2)) == 0 then return false end
+  end
+  return true
+end
+-- dropstages deletes what a write staged and did not use (a refused or
+-- repeated write); every script that takes staged messages ends with it.
+local function dropstages(msgs)
+  for _, m in ipairs(msgs) do
+    if string.byte(m, 1) == 0 then redis.call('DEL', p .. 'stage:' .. string.sub(m, 2)) end
+  end
+end
+local function dropblobs(from)
+  if not redis.call('HGET', meta, 'nblob') then return end
+  for _, m in ipairs(redis.call('LRANGE', p .. 'msgs', from, -1)) do
+    if string.byte(m, 1) == 0 then redis.call('DEL', p .. 'blob:' .. string.sub(m, 2)) end
+  end
+end
+-- writetr applies a checked transcript (checktr, staged); a write that is
+-- already applied (a retry) changes nothing.
 local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
   local mk, hk = p .. 'msgs', p .. 'hashes'
   local n = redis.call('LLEN', mk)
@@ -48,7 +72,17 @@ local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
   local set = {}
   if not same then
     if keep < n then
+      dropblobs(keep)
       if keep == 0 then redis.call('DEL', mk) else redis.call('LTRIM', mk, 0, keep - 1) end
+    end
+    for i, m in ipairs(msgs) do
+      if string.byte(m, 1) == 0 then
+        local id = redis.call('HINCRBY', meta, 'nblob', 1)
+        local bk = p .. 'blob:' .. id
+        redis.call('RENAME', p .. 'stage:' .. string.sub(m, 2), bk)
+        redis.call('PERSIST', bk)
+        msgs[i] = '\0' .. id
+      end
     end
     if keep == 0 then
       redis.call('DEL', hk)
@@ -199,13 +233,18 @@ return 1
 // saveScript: ARGV run, tok, now, keep, keephash, hashblob, hassys, sys,
 // conn, fmt, model, msgs… Returns {'fenced'} | {'conflict'} | {'ok', updated}.
 var saveScript = redis.NewScript(prelude + `
-if fenced(ARGV[1], ARGV[2]) then return {'fenced'} end
 local keep = tonumber(ARGV[4])
-if not checktr(keep, ARGV[5]) then return {'conflict'} end
 local msgs = {}
 for j = 12, #ARGV do msgs[#msgs + 1] = ARGV[j] end
-writetr(keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], msgs, ARGV[3])
-return {'ok', redis.call('HGET', meta, 'updated')}
+local function save()
+  if fenced(ARGV[1], ARGV[2]) then return {'fenced'} end
+  if not checktr(keep, ARGV[5]) or not staged(msgs) then return {'conflict'} end
+  writetr(keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], msgs, ARGV[3])
+  return {'ok', redis.call('HGET', meta, 'updated')}
+end
+local r = save()
+dropstages(msgs)
+return r
 `)
 
 // renewScript: ARGV run, tok, exp, hasPartial, partial, detached.
@@ -284,7 +323,7 @@ local function finish()
     if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]} end
   end
   if trf == '1' then
-    if not checktr(keep, keephash) then return {'conflict'} end
+    if not checktr(keep, keephash) or not staged(msgs) then return {'conflict'} end
     writetr(keep, hashblob, hassys, sys, conn, fmt, tmodel, msgs, now)
   end
   local rset, rdel = {'st', status, 'reason', reason, 'fin', now}, {}
@@ -333,8 +372,9 @@ local function finish()
   endlog(run, ret)
   return {'ok', updated}
 end
-if not KEYS[2] then return finish() end
 local r = finish()
+dropstages(msgs)
+if not KEYS[2] then return r end
 local member = tt .. '/' .. run
 if r[1] == 'ok' then
   if trf == '1' then
@@ -423,6 +463,7 @@ return out
 var deleteScript = redis.NewScript(prelude + `
 local runs = redis.call('ZRANGE', p .. 'runs', 0, -1)
 for _, r in ipairs(runs) do redis.call('DEL', p .. 'run:' .. r, p .. 'ev:' .. r) end
+dropblobs(0)
 redis.call('DEL', meta, p .. 'msgs', p .. 'hashes', p .. 'runs', p .. 'intr')
 return runs
 `)

@@ -5,6 +5,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -78,6 +79,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"FollowLive", testFollowLive},
 		{"RetryTwice", testRetryTwice},
 		{"Delete", testDelete},
+		{"LargeMessages", testLargeMessages},
 		{"Audit", testAudit},
 		{"Sessions", testSessions},
 		{"Invalid", testInvalid},
@@ -1237,4 +1239,80 @@ func testRefusedFinishStaysSweepable(t *testing.T, h *harness) {
 			t.Fatalf("%s = %s %q", ref.RunID, r.Status, r.Reason)
 		}
 	}
+}
+
+// bigMsg is a message of about size bytes, distinct per i.
+func bigMsg(i, size int) ([]byte, store.Hash) {
+	m := []byte(fmt.Sprintf(`{"role":"user","content":"%d %s"}`, i, strings.Repeat("x", size)))
+	return m, HashOf(m)
+}
+
+// testLargeMessages: messages of megabytes (which a backend may keep apart
+// from the others) are stored, read, replaced, started from and deleted
+// like any other.
+func testLargeMessages(t *testing.T, h *harness) {
+	k := store.Key{Tenant: "t", Thread: "large"}
+	small, smallH := Msgs(0, 4)
+	big1, big1H := bigMsg(1, 1<<20)
+	big2, big2H := bigMsg(2, 300<<10)
+	big3, big3H := bigMsg(3, 2<<20)
+
+	msgs := [][]byte{small[0], big1, small[1], big2}
+	hashes := []store.Hash{smallH[0], big1H, smallH[1], big2H}
+	h.turn(k, "r1", msgs, hashes)
+	check := func(what string, th store.Thread, msgs [][]byte, hashes []store.Hash) {
+		t.Helper()
+		if !slices.EqualFunc(msgs, th.Messages, bytes.Equal) { // cmp.Diff crawls over megabytes
+			t.Fatalf("%s: messages differ (%d stored, %d sent)", what, len(th.Messages), len(msgs))
+		}
+		if diff := cmp.Diff(hashes, th.Hashes); diff != "" {
+			t.Fatalf("%s: hashes (-want +got):\n%s", what, diff)
+		}
+	}
+	check("first turn", h.load(k), msgs, hashes)
+
+	// A pending-turn save appends one, then the turn replaces the tail:
+	// the second large message goes, a third comes.
+	l := h.start(k, "r2")
+	more := store.Transcript{Keep: 4, KeepHash: hashes[3], Messages: [][]byte{big3}, Hashes: []store.Hash{big3H}}
+	if err := h.s.SaveTranscript(h.ctx, l, more); err != nil {
+		t.Fatal(err)
+	}
+	check("saved", h.load(k), append(slices.Clone(msgs), big3), append(slices.Clone(hashes), big3H))
+	msgs = [][]byte{small[0], big1, small[1], big3, small[2]}
+	hashes = []store.Hash{smallH[0], big1H, smallH[1], big3H, smallH[2]}
+	tr := store.Transcript{Keep: 3, KeepHash: hashes[2], Messages: msgs[3:], Hashes: hashes[3:]}
+	h.finish(l, store.Finish{Status: store.Completed, Transcript: &tr})
+	check("replaced tail", h.load(k), msgs, hashes)
+
+	// A retried finish changes nothing.
+	if err := h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+		t.Fatalf("retried finish: %v", err)
+	}
+	check("retried", h.load(k), msgs, hashes)
+
+	// StartRun reads it too.
+	st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: "r3", Owner: "o", TTL: ttl, LoadThread: true})
+	if err != nil || !st.ThreadFound {
+		t.Fatalf("start with load: %+v %v", st.Lease, err)
+	}
+	check("started", st.Thread, msgs, hashes)
+
+	// A stale holder's write is refused and leaves the thread as it was.
+	stale := l
+	big4, big4H := bigMsg(4, 1<<20)
+	bad := store.Transcript{Keep: 5, KeepHash: hashes[4], Messages: [][]byte{big4}, Hashes: []store.Hash{big4H}}
+	wantErr(t, "stale save", h.s.SaveTranscript(h.ctx, stale, bad), store.ErrFenced)
+
+	// Rewritten from scratch.
+	msgs, hashes = [][]byte{big4, small[3]}, []store.Hash{big4H, smallH[3]}
+	tr = store.Transcript{Keep: 0, Messages: msgs, Hashes: hashes}
+	h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &tr})
+	check("rewritten", h.load(k), msgs, hashes)
+
+	if err := h.s.DeleteThread(h.ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.s.LoadThread(h.ctx, k)
+	wantErr(t, "load deleted", err, store.ErrNotFound)
 }
