@@ -443,7 +443,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	var results map[string]bool
 	seen := func(in msgInfo) {
 		hasCalls = hasCalls || in.calls
-		for _, id := range in.results {
+		for _, id := range in.results() {
 			if results == nil {
 				results = map[string]bool{}
 			}
@@ -570,7 +570,7 @@ func (t *turn) validBySkims(kept *cachedThread, known int, tail []byte) bool {
 	}
 	return validSkimsAt(f, known+len(tailSkims), func(i int) *repair.Skim {
 		if i < known {
-			return &kept.info[i].skim
+			return kept.info[i].skim()
 		}
 		return &tailSkims[i-known]
 	})

@@ -81,10 +81,35 @@ func (ct *cachedThread) shared() (buf []byte, n int) {
 
 // msgInfo is what compose reads of one message.
 type msgInfo struct {
-	calls     bool     // makes tool calls
-	results   []string // call ids it answers
-	synthetic bool     // a result repair wrote
-	skim      repair.Skim
+	calls     bool // makes tool calls
+	synthetic bool // a result repair wrote
+	// The rest, behind a pointer: a turn that regenerates a reply copies
+	// a thread's worth of infos, so each is 16 bytes.
+	detail *msgDetail
+}
+
+type msgDetail struct {
+	results []string // call ids it answers
+	skim    repair.Skim
+}
+
+// results are the call ids the message answers.
+func (in msgInfo) results() []string {
+	if in.detail == nil {
+		return nil
+	}
+	return in.detail.results
+}
+
+// plainSkim is the skim of an info without detail; never written.
+var plainSkim repair.Skim
+
+// skim is what repair reads of the message.
+func (in msgInfo) skim() *repair.Skim {
+	if in.detail == nil {
+		return &plainSkim
+	}
+	return &in.detail.skim
 }
 
 func newThreadCache(maxBytes int64) *threadCache {
@@ -264,7 +289,10 @@ func (ct *cachedThread) appendMessages(ad adapters.Adapter, msgs [][]byte, scanF
 
 func sizeOf(info []msgInfo) (n int64) {
 	for _, in := range info {
-		for _, r := range in.results {
+		if in.detail != nil {
+			n += 96
+		}
+		for _, r := range in.results() {
 			n += int64(len(r)) + 16
 		}
 	}
@@ -273,14 +301,14 @@ func sizeOf(info []msgInfo) (n int64) {
 
 // infoOf parses what compose reads of one message.
 func infoOf(ad adapters.Adapter, m adapters.Message) msgInfo {
-	in := msgInfo{calls: len(m.Calls) > 0}
+	d := &msgDetail{skim: skimOf(ad.Format())(m.Raw)}
+	in := msgInfo{calls: len(m.Calls) > 0, detail: d}
 	for _, r := range m.Results {
-		in.results = append(in.results, strings.Clone(r.CallID))
+		d.results = append(d.results, strings.Clone(r.CallID))
 	}
 	if len(m.Results) > 0 {
 		in.synthetic = repair.IsSynthetic(m.Raw)
 	}
-	in.skim = skimOf(ad.Format())(m.Raw)
 	return in
 }
 
