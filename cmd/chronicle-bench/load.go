@@ -347,6 +347,7 @@ type load struct {
 	tid      func(w int) string // thread id per virtual user; nil: none
 	conc     int
 	rate     float64 // > 0: open loop at this rate
+	pace     float64 // > 0 (closed loop): the users together send at most this many requests per second
 	dur      time.Duration
 	maxReq   int
 	keepGaps bool
@@ -413,7 +414,19 @@ func (l *load) run() *phaseResult {
 			w := &worker{okByTID: map[string]int{}}
 			workers[wi] = w
 			wg.Go(func() {
+				// Paced: each user sends on its own schedule, conc/pace
+				// seconds apart, staggered; a late request goes at once.
+				var every time.Duration
+				at := start
+				if l.pace > 0 {
+					every = time.Duration(float64(l.conc) / l.pace * float64(time.Second))
+					at = start.Add(every * time.Duration(wi) / time.Duration(l.conc))
+				}
 				for {
+					if every > 0 {
+						time.Sleep(time.Until(at))
+						at = at.Add(every)
+					}
 					i, ok := next()
 					if !ok {
 						return

@@ -33,6 +33,7 @@ type settings struct {
 	Rate         float64       `json:"rate"`
 	ThreadLen    int           `json:"thread_len"`
 	ThreadLenBig int           `json:"thread_len_long"`
+	ScalingRate  float64       `json:"scaling_rate"`
 	Chunks       int           `json:"chunks"`
 	ChunkDelay   time.Duration `json:"chunk_delay"`
 	Streams      int           `json:"streams"`
@@ -61,6 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.Float64Var(&s.Rate, "rate", 200, "open loop: arrivals per second (0 skips the open-loop workload)")
 	fs.IntVar(&s.ThreadLen, "thread-len", 20, "messages in each replace-mode request")
 	fs.IntVar(&s.ThreadLenBig, "thread-len-long", 200, "messages in the long replace workload, CPU scaling (0 skips)")
+	fs.Float64Var(&s.ScalingRate, "scaling-rate", 1000, "requests per second of the paced replace workloads that compare thread lengths at one load (0 skips)")
 	fs.IntVar(&s.Chunks, "chunks", 20, "text deltas per answer (X-Mock-Chunks)")
 	fs.DurationVar(&s.ChunkDelay, "chunk-delay", time.Millisecond, "mock delay between stream events in the stream workload")
 	fs.IntVar(&s.Streams, "streams", 2000, "concurrent slow streams per target in the streams check (0 skips)")
@@ -134,9 +136,10 @@ type Report struct {
 type workload struct {
 	name    string
 	sp      *spec
-	open    bool // open loop at --rate
-	threads bool // a stable X-Thread-Id per virtual user
-	noPair  bool // skip the paired (added latency) phase
+	open    bool    // open loop at --rate
+	pace    float64 // closed loop held to this many requests per second
+	threads bool    // a stable X-Thread-Id per virtual user
+	noPair  bool    // skip the paired (added latency) phase
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -294,6 +297,16 @@ func workloads(s *settings) []*workload {
 	if s.ThreadLenBig > 0 {
 		add(&workload{name: "replace-long", threads: true, noPair: true, sp: &spec{path: path, body: chatBody(history(s.ThreadLenBig), false), headers: mockHeaders(s.Chunks, 0)}})
 	}
+	if s.ScalingRate > 0 && s.ThreadLen > 0 && s.ThreadLenBig > 0 {
+		// The same two lengths at one request rate, below what either
+		// saturates: at full load the longer bodies run slower through the
+		// mock, and a proxy's fixed costs per wake-up spread over fewer
+		// requests, which is not work that grows with the thread.
+		add(&workload{name: "replace-paced", threads: true, noPair: true, pace: s.ScalingRate,
+			sp: &spec{path: path, body: chatBody(history(s.ThreadLen), false), headers: mockHeaders(s.Chunks, 0)}})
+		add(&workload{name: "replace-long-paced", threads: true, noPair: true, pace: s.ScalingRate,
+			sp: &spec{path: path, body: chatBody(history(s.ThreadLenBig), false), headers: mockHeaders(s.Chunks, 0)}})
+	}
 	return ws
 }
 
@@ -416,7 +429,7 @@ func (c *cellRun) measure(cl *client, r int) {
 	if s.Requests > 0 {
 		maxReq = max(s.Requests/s.Rounds, 1)
 	}
-	l := &load{proxied: cl, sp: w.sp, tid: c.tids("solo"), conc: s.Concurrency, dur: dur, maxReq: maxReq}
+	l := &load{proxied: cl, sp: w.sp, tid: c.tids("solo"), conc: s.Concurrency, dur: dur, maxReq: maxReq, pace: w.pace}
 	if w.open {
 		l.rate = s.Rate
 	}

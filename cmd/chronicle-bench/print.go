@@ -60,15 +60,16 @@ func mainRows(rows []*Row) (headers []string, out [][]string) {
 // scalingRows compares CPU per request at the two thread lengths: the
 // whole process, and for a persisted target its persistence work alone
 // (minus chronicle-pass at the same length: relaying the bigger bodies
-// costs the same with persistence off).
-func scalingRows(rows []*Row) (headers []string, out [][]string) {
-	headers = []string{"target", "cpu s/1k replace", "cpu s/1k replace-long", "ratio", "persistence only", "p50 replace", "p50 replace-long"}
+// costs the same with persistence off), from the rows of the workloads
+// shortW and longW.
+func scalingRows(rows []*Row, shortW, longW string) (headers []string, out [][]string) {
+	headers = []string{"target", "cpu s/1k " + shortW, "cpu s/1k " + longW, "ratio", "persistence only", "p50 " + shortW, "p50 " + longW}
 	short, long := map[string]*Row{}, map[string]*Row{}
 	for _, r := range rows {
 		switch r.Workload {
-		case "replace":
+		case shortW:
 			short[r.Target] = r
-		case "replace-long":
+		case longW:
 			long[r.Target] = r
 		}
 	}
@@ -79,7 +80,7 @@ func scalingRows(rows []*Row) (headers []string, out [][]string) {
 		return strconv.FormatFloat(a/b, 'f', 1, 64) + "x"
 	}
 	for _, r := range rows {
-		if r.Workload != "replace-long" {
+		if r.Workload != longW {
 			continue
 		}
 		s := short[r.Target]
@@ -107,8 +108,12 @@ func printReport(w io.Writer, r *Report) {
 			fmt.Fprintf(w, "  error %s/%s: %s\n", row.Workload, row.Target, e)
 		}
 	}
-	if h, rows := scalingRows(r.Rows); len(rows) > 0 {
-		fmt.Fprintf(w, "\nthread-length scaling (%d vs %d messages, replace mode)\n", s.ThreadLen, s.ThreadLenBig)
+	if h, rows := scalingRows(r.Rows, "replace", "replace-long"); len(rows) > 0 {
+		fmt.Fprintf(w, "\nthread-length scaling (%d vs %d messages, replace mode, closed loop)\n", s.ThreadLen, s.ThreadLenBig)
+		renderTable(w, h, rows, 1)
+	}
+	if h, rows := scalingRows(r.Rows, "replace-paced", "replace-long-paced"); len(rows) > 0 {
+		fmt.Fprintf(w, "\nthread-length scaling at one load (%d vs %d messages, replace mode, %g requests/s)\n", s.ThreadLen, s.ThreadLenBig, s.ScalingRate)
 		renderTable(w, h, rows, 1)
 	}
 	if len(r.Lost) > 0 {
