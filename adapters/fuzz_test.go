@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 // splitPayloads turns fuzz input into payloads: one per line.
@@ -42,7 +44,10 @@ func fuzzAssembler(f *testing.F, ad Adapter, seeds ...string) {
 				t.Fatalf("restore made invalid JSON %q", out)
 			}
 		}
-		HashMessage(in)
+		h := HashMessage(in)
+		if jsonscan.Valid(in) && HashValidMessage(in) != h {
+			t.Fatalf("HashValidMessage(%q) differs from HashMessage", in)
+		}
 	})
 }
 

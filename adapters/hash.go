@@ -39,6 +39,19 @@ func HashMessage(msg []byte) Hash {
 	return out
 }
 
+// HashValidMessage is HashMessage for a message the caller has already
+// checked with jsonscan.Valid (a request body, or a part of one), without
+// checking it again: on a message of megabytes that pass is a third of the
+// work.
+func HashValidMessage(msg []byte) Hash {
+	h := sha256.New()
+	hashValue(h, gjson.Parse(str(msg)))
+	var sum [sha256.Size]byte
+	var out Hash
+	copy(out[:], h.Sum(sum[:0]))
+	return out
+}
+
 // JSONEqual reports whether a and b are equal JSON values in HashMessage's
 // sense.
 func JSONEqual(a, b []byte) bool { return HashMessage(a) == HashMessage(b) }

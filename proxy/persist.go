@@ -436,6 +436,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 			}
 		}
 	}
+	yieldAfterBig(composed)
 
 	// Split into messages and hash them, and find the parked run whose
 	// calls this history answers. Known messages come off the cache.
@@ -492,7 +493,10 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		if i := len(t.hashes); i < len(thread.Messages) && bytes.Equal(m.Raw, thread.Messages[i]) {
 			t.hashes = append(t.hashes, thread.Hashes[i])
 		} else {
-			t.hashes = append(t.hashes, store.Hash(adapters.HashMessage(m.Raw)))
+			// Valid JSON: the body was checked whole, or its new messages
+			// were (MessagesKnown), and repair writes valid JSON.
+			t.hashes = append(t.hashes, store.Hash(adapters.HashValidMessage(m.Raw)))
+			yieldAfterBig(m.Raw)
 		}
 		note(infoOf(t.ad, m))
 		return true
