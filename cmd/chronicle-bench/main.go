@@ -463,13 +463,18 @@ func (c *cellRun) measure(cl *client, r int) {
 			c.ttfe = append(c.ttfe, sm.ttfe)
 		}
 	}
-	row.Errors += solo.errCount
-	for _, e := range solo.errs {
-		if len(row.ErrorSamples) < 5 {
-			row.ErrorSamples = append(row.ErrorSamples, e)
+	c.absorb(solo)
+}
+
+// absorb adds a phase's errors and stored-turn counts to the cell's.
+func (c *cellRun) absorb(r *phaseResult) {
+	c.row.Errors += r.errCount
+	for _, e := range r.errs {
+		if len(c.row.ErrorSamples) < 5 {
+			c.row.ErrorSamples = append(c.row.ErrorSamples, e)
 		}
 	}
-	for k, v := range solo.okByTID {
+	for k, v := range r.okByTID {
 		c.okByTID[k] += v
 	}
 }
@@ -501,15 +506,7 @@ func (c *cellRun) finish(cl, direct *client) (*Row, map[string]int) {
 		row.Added = addedDist(paired.pairs)
 		row.AddedTTFE = addedDist(paired.ttfe)
 		row.AddedGap = addedDist(paired.gap)
-		row.Errors += paired.errCount
-		for _, e := range paired.errs {
-			if len(row.ErrorSamples) < 5 {
-				row.ErrorSamples = append(row.ErrorSamples, e)
-			}
-		}
-		for k, v := range paired.okByTID {
-			c.okByTID[k] += v
-		}
+		c.absorb(paired)
 	}
 	row.PeakRSSKB = statusKB(t.proc.pid(), "VmHWM")
 	return row, c.okByTID

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/chronicle-proxy/chronicle/store"
-	"github.com/chronicle-proxy/chronicle/store/redistest"
 )
 
 // scriptArgs records the largest argument of any script the store runs.
@@ -52,13 +51,8 @@ func (h *scriptArgs) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // as a blob key, and no stage or blob key outlives its message: not after
 // a refused write, a retried one, a rewrite or a delete.
 func TestLargeMessagesStayOutOfScripts(t *testing.T) {
-	srv := redistest.Start(t)
-	cl := srv.Client(t)
 	ctx := context.Background()
-	s, err := Open(ctx, Options{Client: cl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cl := openOwn(t)
 	args := &scriptArgs{}
 	cl.AddHook(args)
 	k := store.Key{Tenant: "t", Thread: "blobs"}

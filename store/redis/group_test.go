@@ -15,6 +15,18 @@ import (
 	"github.com/chronicle-proxy/chronicle/store/redistest"
 )
 
+// openOwn opens a store on a private server through a client the test
+// can hook.
+func openOwn(t *testing.T) (*Store, *redis.Client) {
+	t.Helper()
+	cl := redistest.Start(t).Client(t)
+	s, err := Open(context.Background(), Options{Client: cl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cl
+}
+
 // gate holds the store's pipelines at the client until opened, and reports
 // each one's command count as it arrives. Pipelines that go-redis itself
 // sends to set up a new connection (HELLO, CLIENT SETINFO) pass.
@@ -41,13 +53,8 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 // then lets everything through: the queued starts go as one pipeline, each
 // gets its own result, and the cancelled one is never sent.
 func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
-	srv := redistest.Start(t)
-	cl := srv.Client(t)
 	ctx := context.Background()
-	s, err := Open(ctx, Options{Client: cl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cl := openOwn(t)
 	// A lease for the big write below, taken before the gate is in place.
 	bigKey := store.Key{Tenant: "t", Thread: "big"}
 	bigRun, err := s.StartRun(ctx, store.StartRun{Key: bigKey, RunID: "big", Owner: "o", TTL: time.Minute})
