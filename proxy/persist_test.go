@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/sse"
 	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
+	"github.com/chronicle-proxy/chronicle/store"
+	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -449,5 +453,42 @@ connections:
 				}
 			}
 		})
+	}
+}
+
+// TestLargeMessageAcrossReplicas: a message large enough for the Redis
+// store to keep apart (a blob key) is stored by one replica and read back
+// by another, which has nothing cached: appended to, continued, and
+// listed by the thread API, byte for byte.
+func TestLargeMessageAcrossReplicas(t *testing.T) {
+	m := startMock(t)
+	srv := redistest.Start(t)
+	open := func() store.Store {
+		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+	a, b := startProxyWith(t, m, persistConfig, open()), startProxyWith(t, m, persistConfig, open())
+	big := strings.Repeat("a long pasted document, ", 20000) // 480 KB
+	auth := []string{"Authorization", "Bearer kb", "X-Thread-Id", "t-large", "X-Thread-Mode", "append"}
+	if resp, body := do(t, "POST", a.URL+"/openai/v1/chat/completions",
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"`+big+`"}]}`, auth...); resp.StatusCode != 200 {
+		t.Fatalf("first turn on a: %d %.300s", resp.StatusCode, body)
+	}
+	m.Reset()
+	if resp, body := do(t, "POST", b.URL+"/openai/v1/chat/completions",
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"and a summary?"}]}`, auth...); resp.StatusCode != 200 {
+		t.Fatalf("append on b: %d %.300s", resp.StatusCode, body)
+	}
+	sent := gjson.GetBytes(m.Requests()[0].Body, "messages").Array()
+	if len(sent) != 3 || sent[0].Get("content").String() != big || sent[2].Get("content").String() != "and a summary?" {
+		t.Fatalf("b sent %d messages upstream; the first is %d bytes", len(sent), len(sent[0].Get("content").String()))
+	}
+	th := apiThread(t, b, "kb", "t-large")
+	if msgs := th.Get("messages").Array(); len(msgs) != 4 || msgs[0].Get("content").String() != big {
+		t.Fatalf("thread API: %d messages", len(msgs))
 	}
 }
