@@ -127,6 +127,16 @@ func TestLargeMessagesStayOutOfScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("two more, after SCRIPT FLUSH", 2)
+	// A run with a large answer and upstream body: both kept apart too.
+	l = start("r4")
+	resp, up := []byte(strings.Repeat("r", blobMin)), []byte(strings.Repeat("u", 2*blobMin))
+	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Response: resp, UpstreamBody: up}); err != nil {
+		t.Fatal(err)
+	}
+	want("large bodies", 2)
+	if r, err := s.GetRun(ctx, k, "r4"); err != nil || string(r.Response) != string(resp) || string(r.UpstreamBody) != string(up) {
+		t.Fatalf("GetRun: response %d bytes, upstream %d bytes, %v", len(r.Response), len(r.UpstreamBody), err)
+	}
 	th, err := s.LoadThread(ctx, k)
 	if err != nil || len(th.Messages) != 4 || string(th.Messages[2]) != string(big) || string(th.Messages[3]) != string(big2) {
 		t.Fatalf("load: %d messages, %v", len(th.Messages), err)

@@ -421,8 +421,21 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		args = append(args, "0", 0, 0, 0, 0)
 	}
 	args = append(args, f.Model)
-	for _, b := range [][]byte{f.Partial, f.Response, f.UpstreamBody, f.InterruptedCalls, f.Repairs, f.Restored} {
-		bf, bv := blob(b)
+	b := s.batch(ctx)
+	for _, body := range []struct {
+		field string
+		v     []byte
+	}{{"partial", f.Partial}, {"resp", f.Response}, {"up", f.UpstreamBody}, {"ic", f.InterruptedCalls}, {"rep", f.Repairs}, {"rst", f.Restored}} {
+		if (body.field == "resp" || body.field == "up") && len(body.v) >= blobMin {
+			// Staged like a large message (flag '2'); the script moves
+			// it to a key of the run's own.
+			name := l.RunID + ":" + body.field
+			b.pipe.Set(ctx, s.prefix(l.Key)+"stage:"+name, body.v, stageTTL)
+			b.size += len(body.v)
+			args = append(args, "2", name)
+			continue
+		}
+		bf, bv := blob(body.v)
 		args = append(args, bf, bv)
 	}
 	if f.SessionID != nil {
@@ -450,7 +463,6 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		args = append(args, id)
 	}
 	member := activeMember(l.Key, l.RunID)
-	b := s.batch(ctx)
 	if f.Transcript != nil {
 		args = s.stage(b, l.Key, l.RunID, f.Transcript.Messages, args)
 	}
@@ -578,6 +590,20 @@ func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, 
 	r := parseRun(k, id, h)
 	if l := parseIntr(intrCmd.Val())[id]; l != nil {
 		r.Interrupts = l
+	}
+	// A large body lives in a key of its own (see Finish).
+	for _, body := range []struct {
+		field string
+		dst   *[]byte
+	}{{"resp", &r.Response}, {"up", &r.UpstreamBody}} {
+		if h[body.field] != "\x00" {
+			continue
+		}
+		v, err := s.c.Get(ctx, p+"run:"+id+":"+body.field).Bytes()
+		if err != nil {
+			return store.Run{}, fmt.Errorf("run %s/%s %s: %w", k, id, body.field, mapErr(err))
+		}
+		*body.dst = v
 	}
 	return r, nil
 }

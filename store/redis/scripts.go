@@ -322,6 +322,9 @@ local function finish()
     if not pv[1] then return {'resumenotfound'} end
     if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]} end
   end
+  for _, b in ipairs({{respf, resp}, {upf, up}}) do
+    if b[1] == '2' and redis.call('EXISTS', p .. 'stage:' .. b[2]) == 0 then return {'conflict'} end
+  end
   if trf == '1' then
     if not checktr(keep, keephash) or not staged(msgs) then return {'conflict'} end
     writetr(keep, hashblob, hassys, sys, conn, fmt, tmodel, msgs, now)
@@ -340,8 +343,19 @@ local function finish()
   end
   if model ~= '' then put('model', model) end
   if pf == '1' then put('partial', partial) end
-  if respf == '1' then put('resp', resp) end
-  if upf == '1' then put('up', up) end
+  -- A body flagged '2' was staged (like a large message): it moves to a
+  -- key of the run's own, and its field says so with '\0'.
+  local function body(f, flag, v)
+    if flag == '1' then
+      put(f, v)
+    elseif flag == '2' then
+      redis.call('RENAME', p .. 'stage:' .. v, rk .. ':' .. f)
+      redis.call('PERSIST', rk .. ':' .. f)
+      put(f, '\0')
+    end
+  end
+  body('resp', respf, resp)
+  body('up', upf, up)
   if icf == '1' then put('ic', ic) end
   if repf == '1' then put('rep', rep) end
   if rstf == '1' then put('rst', rst) end
@@ -374,6 +388,9 @@ local function finish()
 end
 local r = finish()
 dropstages(msgs)
+for _, b in ipairs({{respf, resp}, {upf, up}}) do
+  if b[1] == '2' then redis.call('DEL', p .. 'stage:' .. b[2]) end
+end
 if not KEYS[2] then return r end
 local member = tt .. '/' .. run
 if r[1] == 'ok' then
@@ -462,7 +479,9 @@ return out
 // deleteScript removes every key of the thread and returns its run ids.
 var deleteScript = redis.NewScript(prelude + `
 local runs = redis.call('ZRANGE', p .. 'runs', 0, -1)
-for _, r in ipairs(runs) do redis.call('DEL', p .. 'run:' .. r, p .. 'ev:' .. r) end
+for _, r in ipairs(runs) do
+  redis.call('DEL', p .. 'run:' .. r, p .. 'ev:' .. r, p .. 'run:' .. r .. ':resp', p .. 'run:' .. r .. ':up')
+end
 dropblobs(0)
 redis.call('DEL', meta, p .. 'msgs', p .. 'hashes', p .. 'runs', p .. 'intr')
 return runs

@@ -1304,11 +1304,22 @@ func testLargeMessages(t *testing.T, h *harness) {
 	bad := store.Transcript{Keep: 5, KeepHash: hashes[4], Messages: [][]byte{big4}, Hashes: []store.Hash{big4H}}
 	wantErr(t, "stale save", h.s.SaveTranscript(h.ctx, stale, bad), store.ErrFenced)
 
-	// Rewritten from scratch.
+	// Rewritten from scratch, by a run whose answer and upstream request
+	// are large too.
 	msgs, hashes = [][]byte{big4, small[3]}, []store.Hash{big4H, smallH[3]}
 	tr = store.Transcript{Keep: 0, Messages: msgs, Hashes: hashes}
-	h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &tr})
+	resp, up := bytes.Repeat([]byte("r"), 700<<10), bytes.Repeat([]byte("u"), 1<<20)
+	h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Response: resp, UpstreamBody: up})
 	check("rewritten", h.load(k), msgs, hashes)
+	if r := h.run(k, "r3"); !bytes.Equal(r.Response, resp) || !bytes.Equal(r.UpstreamBody, up) {
+		t.Fatalf("large bodies: response %d bytes, upstream %d bytes", len(r.Response), len(r.UpstreamBody))
+	}
+	if err := h.s.Finish(h.ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Response: resp, UpstreamBody: up}); err != nil {
+		t.Fatalf("retried finish with large bodies: %v", err)
+	}
+	if r := h.run(k, "r3"); !bytes.Equal(r.Response, resp) || !bytes.Equal(r.UpstreamBody, up) {
+		t.Fatalf("large bodies after a retry: response %d bytes, upstream %d bytes", len(r.Response), len(r.UpstreamBody))
+	}
 
 	if err := h.s.DeleteThread(h.ctx, k); err != nil {
 		t.Fatal(err)
