@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -174,6 +175,29 @@ func FuzzCompactJSON(f *testing.F) {
 		}
 		if got := compactJSON(nil, src); !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("compactJSON(%q) = %q, want %q", src, got, want.Bytes())
+		}
+	})
+}
+
+// FuzzHashRaw: hashRaw, which walks raw JSON with the vectorised
+// scanners, hashes every valid value exactly as hashValue on gjson's parse
+// does. Stored hashes depend on it.
+func FuzzHashRaw(f *testing.F) {
+	for _, s := range []string{
+		`{"role":"user","content":"hi"}`, ` {"b":[1, {"x":null}],"a":"\u0041","a":true} `,
+		`{"k\"ey":1}`, `["a\nb","c",-1.5e3,false]`, `["\ud83d\ude00","\ud83d x","\udc00","\u00e9\n\t\"\\\/\b\f\r","\ud83d\u0041"]`, `{}`, `[]`, `""`, `{"content":[{"type":"text","text":"x"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if !jsonscan.Valid(in) {
+			return
+		}
+		a, b := sha256.New(), sha256.New()
+		hashRaw(a, in)
+		hashValue(b, gjson.ParseBytes(in))
+		if !bytes.Equal(a.Sum(nil), b.Sum(nil)) {
+			t.Fatalf("hashRaw(%q) differs from hashValue", in)
 		}
 	})
 }

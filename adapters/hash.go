@@ -1,11 +1,14 @@
 package adapters
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
 	"sort"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -31,7 +34,7 @@ func HashMessage(msg []byte) Hash {
 		h.Write([]byte{'x'})
 		h.Write(msg)
 	} else {
-		hashValue(h, gjson.Parse(str(msg)))
+		hashRaw(h, msg)
 	}
 	var sum [sha256.Size]byte
 	var out Hash
@@ -45,7 +48,7 @@ func HashMessage(msg []byte) Hash {
 // work.
 func HashValidMessage(msg []byte) Hash {
 	h := sha256.New()
-	hashValue(h, gjson.Parse(str(msg)))
+	hashRaw(h, msg)
 	var sum [sha256.Size]byte
 	var out Hash
 	copy(out[:], h.Sum(sum[:0]))
@@ -109,4 +112,132 @@ func hashValue(h hash.Hash, v gjson.Result) {
 			hashValue(h, e.v)
 		}
 	}
+}
+
+// hashRaw is hashValue(h, gjson.Parse(raw)) for valid JSON, read with the
+// vectorised walkers: a string without escapes is hashed as it stands
+// (gjson steps through it byte by byte, and message text is most of a
+// message), objects and arrays member by member. What the walkers decline
+// (an escaped key or string, a number, a literal) goes through gjson.
+// FuzzHashRaw checks the two agree.
+func hashRaw(h hash.Hash, raw []byte) {
+	i, j := skipSpace(raw, 0), len(raw)
+	for j > i && (raw[j-1] == ' ' || raw[j-1] == '\t' || raw[j-1] == '\n' || raw[j-1] == '\r') {
+		j--
+	}
+	raw = raw[i:j]
+	if len(raw) == 0 {
+		hashValue(h, gjson.Result{})
+		return
+	}
+	var n [8]byte
+	writeLen := func(l int) {
+		binary.BigEndian.PutUint64(n[:], uint64(l))
+		h.Write(n[:])
+	}
+	switch raw[0] {
+	case '"':
+		inner := raw[1 : len(raw)-1]
+		if bytes.IndexByte(inner, '\\') >= 0 {
+			inner = appendUnescaped(make([]byte, 0, len(inner)), inner)
+		}
+		h.Write([]byte{'s'})
+		writeLen(len(inner))
+		h.Write(inner)
+		return
+	case '[':
+		var buf [8][2]int
+		if spans, ok := arrayElements(raw, buf[:0]); ok {
+			h.Write([]byte{'a'})
+			writeLen(len(spans))
+			for _, sp := range spans {
+				hashRaw(h, raw[sp[0]:sp[1]])
+			}
+			return
+		}
+	case '{':
+		type kv struct{ k, v []byte }
+		var buf [8]kv
+		kvs := buf[:0]
+		failed := false
+		walked := walkMembers(raw, func(key []byte, at int) (bool, int) {
+			end, ok := skipValue(raw, at)
+			if !ok {
+				failed = true
+				return true, 0
+			}
+			kvs = append(kvs, kv{key, raw[at:end]})
+			return false, end
+		})
+		if walked && !failed {
+			sort.SliceStable(kvs, func(a, b int) bool { return string(kvs[a].k) < string(kvs[b].k) })
+			h.Write([]byte{'o'})
+			writeLen(len(kvs))
+			for _, e := range kvs {
+				writeLen(len(e.k))
+				h.Write(e.k)
+				hashRaw(h, e.v)
+			}
+			return
+		}
+	}
+	hashValue(h, gjson.Parse(str(raw)))
+}
+
+// appendUnescaped appends the text of a valid JSON string's body (between
+// its quotes) to dst, decoding escapes as gjson does: a \u high surrogate
+// followed by a low one is one rune, a lone surrogate becomes U+FFFD. The
+// runs between escapes are copied whole.
+func appendUnescaped(dst, in []byte) []byte {
+	for {
+		k := bytes.IndexByte(in, '\\')
+		if k < 0 {
+			return append(dst, in...)
+		}
+		dst = append(dst, in[:k]...)
+		in = in[k+1:]
+		switch c := in[0]; c {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r := hex4(in[1:5])
+			in = in[5:]
+			if r >= 0xD800 && r < 0xDC00 && len(in) >= 6 && in[0] == '\\' && in[1] == 'u' {
+				if r2 := hex4(in[2:6]); r2 >= 0xDC00 && r2 < 0xE000 {
+					r = utf16.DecodeRune(r, r2)
+					in = in[6:]
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+			continue
+		default: // '"', '\\', '/'
+			dst = append(dst, c)
+		}
+		in = in[1:]
+	}
+}
+
+// hex4 reads four hex digits (valid JSON has them after \u).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
