@@ -29,17 +29,13 @@ func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 // never equal a valid value's hash). The hash is SHA-256 truncated to 128 bits,
 // so it is stable across processes and versions and safe to store.
 func HashMessage(msg []byte) Hash {
-	h := sha256.New()
 	if !jsonscan.Valid(msg) {
+		h := sha256.New()
 		h.Write([]byte{'x'})
 		h.Write(msg)
-	} else {
-		hashRaw(h, msg)
+		return sumOf(h)
 	}
-	var sum [sha256.Size]byte
-	var out Hash
-	copy(out[:], h.Sum(sum[:0]))
-	return out
+	return HashValidMessage(msg)
 }
 
 // HashValidMessage is HashMessage for a message the caller has already
@@ -49,6 +45,11 @@ func HashMessage(msg []byte) Hash {
 func HashValidMessage(msg []byte) Hash {
 	h := sha256.New()
 	hashRaw(h, msg)
+	return sumOf(h)
+}
+
+// sumOf is h's SHA-256 truncated to a Hash.
+func sumOf(h hash.Hash) Hash {
 	var sum [sha256.Size]byte
 	var out Hash
 	copy(out[:], h.Sum(sum[:0]))

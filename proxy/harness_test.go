@@ -26,15 +26,21 @@ var backends = []struct {
 	open func(t testing.TB) store.Store
 }{
 	{"embedded", func(t testing.TB) store.Store { return openEmbedded(t, t.TempDir()) }},
-	{"redis", func(t testing.TB) store.Store {
-		srv := redistest.Start(t)
+	{"redis", func(t testing.TB) store.Store { return sharedRedis(t)() }},
+}
+
+// sharedRedis starts a Redis server and returns a function that opens a
+// store on it: one per replica of a test.
+func sharedRedis(t testing.TB) func() store.Store {
+	srv := redistest.Start(t)
+	return func() store.Store {
 		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
 		return st
-	}},
+	}
 }
 
 func openEmbedded(t testing.TB, dir string) store.Store {

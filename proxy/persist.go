@@ -246,7 +246,6 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		matched = adapters.Prefix{} // MessagesKnown matched another transcript
 	}
 
-	yieldAfterBig(body)
 	out, err = t.compose(rctx, ctx, ex, started.Thread, kept, body, messages, matched, empty)
 	yieldAfterBig(body)
 	if err == nil && ex.up.cfg.Audit.UpstreamBody {

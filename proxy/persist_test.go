@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"strings"
@@ -12,9 +11,6 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/sse"
 	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
-	"github.com/chronicle-proxy/chronicle/store"
-	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
-	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -462,15 +458,7 @@ connections:
 // listed by the thread API, byte for byte.
 func TestLargeMessageAcrossReplicas(t *testing.T) {
 	m := startMock(t)
-	srv := redistest.Start(t)
-	open := func() store.Store {
-		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	open := sharedRedis(t)
 	a, b := startProxyWith(t, m, persistConfig, open()), startProxyWith(t, m, persistConfig, open())
 	big := strings.Repeat("a long pasted document, ", 20000) // 480 KB
 	auth := []string{"Authorization", "Bearer kb", "X-Thread-Id", "t-large", "X-Thread-Mode", "append"}

@@ -9,8 +9,6 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/store"
-	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
-	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -246,16 +244,8 @@ func TestCachedThreadSharesItsBuffer(t *testing.T) {
 // the other wrote, is read again in full (a miss), and no turn sends or
 // stores anything a single replica without a cache would not.
 func TestThreadCacheAcrossReplicas(t *testing.T) {
-	srv := redistest.Start(t)
-	open := func() store.Store {
-		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
 	m := startMock(t)
+	open := sharedRedis(t)
 	a := startProxyWith(t, m, persistConfig, open())
 	b := startProxyWith(t, m, persistConfig, open())
 	url := "/openai/v1/chat/completions"

@@ -28,28 +28,27 @@ value:
 		return false
 	}
 	switch c := b[i]; c {
-	case '{':
+	case '{', '[':
 		if depth == MaxDepth {
 			return false
 		}
-		open[depth>>6] |= 1 << (depth & 63)
+		if c == '{' {
+			open[depth>>6] |= 1 << (depth & 63)
+		} else {
+			open[depth>>6] &^= 1 << (depth & 63)
+		}
 		depth++
-		if i = skipWS(b, i+1); i < len(b) && b[i] == '}' {
+		closing := byte(']')
+		if c == '{' {
+			closing = '}'
+		}
+		if i = skipWS(b, i+1); i < len(b) && b[i] == closing {
 			depth--
 			i++
 			goto after
 		}
-		goto key
-	case '[':
-		if depth == MaxDepth {
-			return false
-		}
-		open[depth>>6] &^= 1 << (depth & 63)
-		depth++
-		if i = skipWS(b, i+1); i < len(b) && b[i] == ']' {
-			depth--
-			i++
-			goto after
+		if c == '{' {
+			goto key
 		}
 		goto value
 	case '"':

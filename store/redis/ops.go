@@ -600,6 +600,11 @@ func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, 
 			continue
 		}
 		v, err := s.c.Get(ctx, p+"run:"+id+":"+body.field).Bytes()
+		if errors.Is(err, redis.Nil) {
+			// The run exists; its body key does not (lost with the server's
+			// data): not a missing run.
+			return store.Run{}, fmt.Errorf("run %s/%s: the key of its %s body is missing", k, id, body.field)
+		}
 		if err != nil {
 			return store.Run{}, fmt.Errorf("run %s/%s %s: %w", k, id, body.field, mapErr(err))
 		}
