@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,7 +170,6 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		knownMsgs = kept.msgs
 	}
 	messages, matched, ok := ad.MessagesKnown(body, knownMsgs)
-	yieldAfterBig(body)
 	if !ok && !jsonscan.Valid(body) {
 		// Refused before any run exists: nothing is stored for it.
 		writeError(ctx, ad, apiError{status: 400, code: "invalid_json",
@@ -247,7 +245,6 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	}
 
 	out, err = t.compose(rctx, ctx, ex, started.Thread, kept, body, messages, matched, empty)
-	yieldAfterBig(body)
 	if err == nil && ex.up.cfg.Audit.UpstreamBody {
 		// A copy: out may alias the request buffer. Credentials travel in
 		// headers, never in this body.
@@ -435,7 +432,6 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 			}
 		}
 	}
-	yieldAfterBig(composed)
 
 	// Split into messages and hash them, and find the parked run whose
 	// calls this history answers. Known messages come off the cache.
@@ -495,7 +491,6 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 			// Valid JSON: the body was checked whole, or its new messages
 			// were (MessagesKnown), and repair writes valid JSON.
 			t.hashes = append(t.hashes, store.Hash(adapters.HashValidMessage(m.Raw)))
-			yieldAfterBig(m.Raw)
 		}
 		note(infoOf(t.ad, m))
 		return true
@@ -785,7 +780,6 @@ func (t *turn) finish(o outcome) error {
 		return err
 	}
 	t.keepTranscript(parts, hashes, replies, pendingSaved)
-	yieldAfterBig(parts...)
 	t.s.metrics.runs(f.Status)
 	return nil
 }
@@ -1202,19 +1196,4 @@ func (s *Server) instanceSessionID(rctx context.Context, connection, model strin
 // sameBytes reports whether a and b are the same slice of the same array.
 func sameBytes(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
-// yieldAfterBig lets other goroutines run after a step that worked through
-// a body of a megabyte or more. With one P (GOMAXPROCS=1, a one-core
-// container) such a step holds the P for milliseconds, and Go preempts a
-// running goroutine only after 10 ms: the small streams beside it would
-// wait that long for each event.
-func yieldAfterBig(bodies ...[]byte) {
-	n := 0
-	for _, b := range bodies {
-		n += len(b)
-	}
-	if n >= 1<<20 {
-		runtime.Gosched()
-	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -189,8 +191,11 @@ type HOLCheck struct {
 }
 
 // holCheck runs small streams for window alone, then again while one
-// connection sends big requests back to back.
-func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix string) *HOLCheck {
+// connection sends big requests back to back. With profDir set it saves an
+// execution trace and a CPU profile of a chronicle target's second half
+// (<target>-hol.trace, <target>-hol.prof): the trace shows who held the P
+// while a small stream waited.
+func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix, profDir string) *HOLCheck {
 	h := &HOLCheck{Target: t.Name, BigBytes: len(big.body)}
 	c, err := newClient(t, 64)
 	if err != nil {
@@ -248,9 +253,23 @@ func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix strin
 			}
 		}
 	})
+	var profiled sync.WaitGroup
+	if profDir != "" && t.root != "" {
+		for _, p := range []struct {
+			ext   string
+			fetch func(string, time.Duration, string) error
+		}{{".trace", execTrace}, {".prof", cpuProfile}} {
+			profiled.Go(func() {
+				if err := p.fetch(t.root, window, filepath.Join(profDir, t.Name+"-hol"+p.ext)); err != nil {
+					fmt.Fprintf(os.Stderr, "chronicle-bench: %s of %s head-of-line: %v\n", p.ext, t.Name, err)
+				}
+			})
+		}
+	}
 	g, tt = run("with")
 	close(stop)
 	wg.Wait()
+	profiled.Wait()
 	h.WithGapP99, h.WithTTFE99 = summarize(g).P99, summarize(tt).P99
 	h.BigP50 = summarize(bigLat).P50
 	return h

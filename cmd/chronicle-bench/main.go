@@ -378,7 +378,7 @@ func bench(s *settings, ts []*target, rep *Report, logf func(string, ...any)) {
 		big := &spec{path: "/v1/chat/completions", body: bigBody(s.HOLBytes), headers: mockHeaders(1, 0)}
 		for _, t := range ts {
 			logf("head-of-line %s", t.Name)
-			rep.HOL = append(rep.HOL, holCheck(t, small, big, s.HOLWindow, "b"+runTag+"-"+t.short+"-hol"))
+			rep.HOL = append(rep.HOL, holCheck(t, small, big, s.HOLWindow, "b"+runTag+"-"+t.short+"-hol", s.cpuProfile))
 		}
 	}
 }

@@ -323,8 +323,17 @@ const benchAdminToken = "chronicle-bench-profiling"
 // cpuProfile saves chronicle's CPU profile over the next d (whole seconds)
 // to path.
 func cpuProfile(root string, d time.Duration, path string) error {
-	secs := int(d / time.Second)
-	req, err := http.NewRequest("GET", root+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
+	return fetchProfile(root, "profile", strconv.Itoa(int(d/time.Second)), d, path)
+}
+
+// execTrace saves chronicle's execution trace over the next d to path.
+func execTrace(root string, d time.Duration, path string) error {
+	return fetchProfile(root, "trace", strconv.FormatFloat(d.Seconds(), 'f', 3, 64), d, path)
+}
+
+// fetchProfile saves /debug/pprof/<kind>?seconds=<secs> to path.
+func fetchProfile(root, kind, secs string, d time.Duration, path string) error {
+	req, err := http.NewRequest("GET", root+"/debug/pprof/"+kind+"?seconds="+secs, nil)
 	if err != nil {
 		return err
 	}

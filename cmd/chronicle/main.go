@@ -75,6 +75,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	setProcs(cfg.Procs, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := runServer(ctx, cfg, log); err != nil {

@@ -84,7 +84,10 @@ const (
 
 // Config is the whole configuration file.
 type Config struct {
-	Listen      string       `yaml:"listen"`
+	Listen string `yaml:"listen"`
+	// Procs is GOMAXPROCS, the threads running Go code at once; 0 picks it
+	// (see cmd/chronicle's procs.go and config.example.yaml).
+	Procs       int          `yaml:"procs"`
 	Store       Store        `yaml:"store"`
 	Admin       Admin        `yaml:"admin"`
 	Limits      Limits       `yaml:"limits"`
@@ -424,6 +427,9 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("listen", "want host:port, got %q", c.Listen)
+	}
+	if c.Procs < 0 {
+		bad("procs", "must not be negative (0 picks it), got %d", c.Procs)
 	}
 	switch c.Store.Driver {
 	case "embedded":
