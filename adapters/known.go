@@ -70,12 +70,7 @@ type Prefix struct {
 // validTail reports whether arr, a JSON array whose elements before off
 // are known to be valid, is valid.
 func validTail(arr []byte, off int) bool {
-	if off < len(arr) && arr[off] == ']' {
-		return skipSpace(arr, off+1) == len(arr)
-	}
-	tail := make([]byte, 0, len(arr)-off+1)
-	tail = append(append(tail, '['), arr[off:]...)
-	return jsonscan.ValidString(str(tail))
+	return jsonscan.ValidArrayRest(arr, off)
 }
 
 // arrayAt returns the array at path, a slice of body, when it is one and
@@ -86,11 +81,23 @@ func arrayAt(body []byte, path string, known [][]byte) ([]byte, Prefix, bool) {
 			return arr, p, validTail(arr, p.TailAt)
 		}
 	}
-	r := get(body, path)
-	if !r.IsArray() {
-		return nil, Prefix{}, false
+	// Find the array with a walk over the top-level members, which skips
+	// strings with a vectorised search; gjson steps through every byte
+	// before it (a long history's text). gjson reads what the walk cannot
+	// (an escaped key before it, malformed JSON).
+	var raw []byte
+	if start, ok := topLevelValue(body, path); ok && start < len(body) && body[start] == '[' {
+		if end, ok := skipValue(body, start); ok {
+			raw = body[start:end]
+		}
 	}
-	raw := rawSlice(body, r)
+	if raw == nil {
+		r := get(body, path)
+		if !r.IsArray() {
+			return nil, Prefix{}, false
+		}
+		raw = rawSlice(body, r)
+	}
 	p, ok := validArray(raw, known)
 	if !ok {
 		return nil, Prefix{}, false

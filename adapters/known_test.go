@@ -111,6 +111,11 @@ func checkKnownArrayAt(t *testing.T, body []byte) {
 			return true
 		})
 	}
+	// arrayAt without known elements (its walk, or gjson) reads what
+	// gjson reads.
+	if got, _, ok := arrayAt(body, "messages", nil); ok != r.IsArray() || ok && string(got) != r.Raw {
+		t.Fatalf("arrayAt(%s) = %s, %v; gjson finds %s", body, got, ok, r.Raw)
+	}
 	for k := 0; k <= len(elems); k++ {
 		got, p, ok := knownArrayAt(body, "messages", elems[:k])
 		if !ok {

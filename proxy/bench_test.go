@@ -165,10 +165,12 @@ connections:
   - {name: openai, provider: openai, base_url: "`+up+`"}
 `, be.open(b))
 		client := &fasthttp.Client{MaxConnsPerHost: 512, MaxResponseBodySize: 1 << 30}
+		// Every turn starts a thread of its own, across sizes and the
+		// probe runs b.Run makes, so none rewrites an earlier one.
+		var n atomic.Int64
 		for _, size := range []int{1 << 20, 10 << 20} {
 			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", size) + `"}]}`
 			b.Run(be.name+"/MiB="+strconv.Itoa(size>>20), func(b *testing.B) {
-				var n atomic.Int64
 				req := fasthttp.AcquireRequest()
 				resp := fasthttp.AcquireResponse()
 				defer fasthttp.ReleaseRequest(req)

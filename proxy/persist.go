@@ -412,7 +412,9 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 	}
 	rep := repair.Result{Messages: composed}
 	if !t.validBySkims(kept, known, tail) {
-		opts := repair.Options{ReadOnlyTools: t.up.cfg.ReadOnlyTools}
+		// Valid: the body was checked whole, or its new messages were
+		// (MessagesKnown), and stored messages were valid when written.
+		opts := repair.Options{ReadOnlyTools: t.up.cfg.ReadOnlyTools, Valid: true}
 		switch ad.Format() {
 		case adapters.FormatGemini:
 			rep, err = repair.Gemini(composed, opts)

@@ -93,7 +93,7 @@ func (c *gmContent) empty() bool {
 		return false
 	}
 	e := true
-	c.parts.ForEach(func(_, v gjson.Result) bool {
+	eachElement(c.parts, func(v gjson.Result) bool {
 		e = parseGMPart(v).empty
 		return e
 	})
@@ -107,10 +107,10 @@ func gmValid(arr gjson.Result) bool {
 	var set idSet
 	var p pending
 	ok := true
-	arr.ForEach(func(_, v gjson.Result) bool {
+	eachElement(arr, func(v gjson.Result) bool {
 		c := parseGM(v)
 		if !c.model && p.n > 0 {
-			c.parts.ForEach(func(_, pv gjson.Result) bool {
+			eachElement(c.parts, func(pv gjson.Result) bool {
 				if gp := parseGMPart(pv); gp.kind == gpResponse {
 					ok = p.answer(gp.id, gp.name, gp.hasID)
 				}
@@ -121,7 +121,7 @@ func gmValid(arr gjson.Result) bool {
 			return ok
 		}
 		empty := true
-		c.parts.ForEach(func(_, pv gjson.Result) bool {
+		eachElement(c.parts, func(pv gjson.Result) bool {
 			gp := parseGMPart(pv)
 			empty = empty && gp.empty
 			switch {
@@ -148,7 +148,7 @@ func gmValid(arr gjson.Result) bool {
 // `id` when it has one, otherwise by name and order. See the package
 // documentation for the rules.
 func Gemini(contents []byte, opts Options) (Result, error) {
-	arr, err := parseArray(contents)
+	arr, err := parseArray(contents, opts.Valid)
 	if err != nil {
 		return Result{}, err
 	}
@@ -161,10 +161,10 @@ func Gemini(contents []byte, opts Options) (Result, error) {
 func gmRepair(input []byte, arr gjson.Result, opts *Options) Result {
 	var cs []gmContent
 	var parts [][]gmPart
-	arr.ForEach(func(_, v gjson.Result) bool {
+	eachElement(arr, func(v gjson.Result) bool {
 		c := parseGM(v)
 		var ps []gmPart
-		c.parts.ForEach(func(_, pv gjson.Result) bool {
+		eachElement(c.parts, func(pv gjson.Result) bool {
 			ps = append(ps, parseGMPart(pv))
 			return true
 		})

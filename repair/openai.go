@@ -77,7 +77,7 @@ func (m *oaMsg) empty() bool {
 func oaValid(arr gjson.Result) bool {
 	var c oaCheck
 	ok := true
-	arr.ForEach(func(_, v gjson.Result) bool {
+	eachElement(arr, func(v gjson.Result) bool {
 		m := parseOA(v)
 		if m.role == "tool" {
 			ok = c.result(strValue(m.toolCallID))
@@ -106,7 +106,7 @@ func oaValid(arr gjson.Result) bool {
 // other OpenAI-compatible endpoints). See the package documentation for
 // the rules.
 func OpenAIChat(messages []byte, opts Options) (Result, error) {
-	arr, err := parseArray(messages)
+	arr, err := parseArray(messages, opts.Valid)
 	if err != nil {
 		return Result{}, err
 	}
@@ -118,7 +118,7 @@ func OpenAIChat(messages []byte, opts Options) (Result, error) {
 
 func oaRepair(input []byte, arr gjson.Result, opts *Options) Result {
 	var msgs []oaMsg
-	arr.ForEach(func(_, v gjson.Result) bool {
+	eachElement(arr, func(v gjson.Result) bool {
 		msgs = append(msgs, parseOA(v))
 		return true
 	})

@@ -31,6 +31,11 @@ type Options struct {
 	// ReadOnlyTools names the tools whose interrupted calls are safe to
 	// repeat; only these get the "changed nothing" wording.
 	ReadOnlyTools []string
+	// Valid says the caller has checked that the array is valid JSON
+	// (the proxy has, before it composes a history), so repair does not
+	// read it all again to check. Invalid input with Valid set gives an
+	// undefined (but never panicking) result.
+	Valid bool
 }
 
 // Edit is one change repair made.
@@ -102,10 +107,11 @@ func str(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// parseArray checks that b is a valid JSON array and returns it parsed.
-func parseArray(b []byte) (gjson.Result, error) {
+// parseArray checks that b is a valid JSON array (unless the caller
+// already has: valid) and returns it parsed.
+func parseArray(b []byte, valid bool) (gjson.Result, error) {
 	s := str(b)
-	if !jsonscan.ValidString(s) {
+	if !valid && !jsonscan.ValidString(s) {
 		return gjson.Result{}, ErrNotArray
 	}
 	r := gjson.Parse(s)
@@ -384,6 +390,43 @@ func clone(s string) string {
 	return string([]byte(s))
 }
 
+// eachElement calls fn with each element of the JSON array arr until fn
+// returns false. arr must be valid JSON (parseArray checked it). gjson's
+// ForEach steps through every byte of an element to find its end; this
+// skips strings with a vectorised search, and a message's text is most
+// of its bytes.
+//
+// A value that is not an array goes through ForEach as before (one value,
+// or an object's member values), so malformed histories read as they did.
+func eachElement(arr gjson.Result, fn func(v gjson.Result) bool) {
+	if !arr.IsArray() {
+		arr.ForEach(func(_, v gjson.Result) bool { return fn(v) })
+		return
+	}
+	raw := arr.Raw
+	i := 0
+	for i < len(raw) && raw[i] != '[' {
+		if raw[i] > ' ' {
+			return
+		}
+		i++
+	}
+	i++
+	for {
+		for i < len(raw) && (raw[i] <= ' ' || raw[i] == ',') {
+			i++
+		}
+		if i >= len(raw) || raw[i] == ']' {
+			return
+		}
+		j := skipValue(raw, i)
+		if j <= i || !fn(gjson.Parse(raw[i:j])) {
+			return // j <= i: not valid JSON after all
+		}
+		i = j
+	}
+}
+
 // walkObject calls fn with each member of the JSON object raw: the key
 // (unescaped) and the raw value. Unlike gjson's ForEach it never
 // unescapes values, so it does not allocate for them. raw must be valid
@@ -409,6 +452,9 @@ func walkObject(raw string, fn func(key, val string) bool) {
 		}
 		ks := i
 		i = skipString(raw, i)
+		if i < ks+2 {
+			return // an unterminated string: not valid JSON after all
+		}
 		key := raw[ks+1 : i-1]
 		if containsByte(key, '\\') {
 			key = gjson.Parse(raw[ks:i]).Str

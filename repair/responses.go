@@ -66,7 +66,7 @@ func rsValid(arr gjson.Result) bool {
 	var set idSet
 	var p pending
 	ok, inBlock := true, false
-	arr.ForEach(func(_, v gjson.Result) bool {
+	eachElement(arr, func(v gjson.Result) bool {
 		it := parseRS(v)
 		switch {
 		case it.inRun():
@@ -99,7 +99,7 @@ func rsValid(arr gjson.Result) bool {
 // function_call_output items right after it. See the package
 // documentation for the rules.
 func Responses(items []byte, opts Options) (Result, error) {
-	arr, err := parseArray(items)
+	arr, err := parseArray(items, opts.Valid)
 	if err != nil {
 		return Result{}, err
 	}
@@ -111,7 +111,7 @@ func Responses(items []byte, opts Options) (Result, error) {
 
 func rsRepair(input []byte, arr gjson.Result, opts *Options) Result {
 	var its []rsItem
-	arr.ForEach(func(_, v gjson.Result) bool {
+	eachElement(arr, func(v gjson.Result) bool {
 		its = append(its, parseRS(v))
 		return true
 	})

@@ -75,7 +75,7 @@ func SkimOpenAIChat(msg []byte) Skim {
 func SkimGemini(content []byte) Skim {
 	c := parseGM(gjson.Parse(str(content)))
 	s := Skim{kind: skimGemini, model: c.model, empty: true}
-	c.parts.ForEach(func(_, pv gjson.Result) bool {
+	eachElement(c.parts, func(pv gjson.Result) bool {
 		gp := parseGMPart(pv)
 		s.empty = s.empty && gp.empty
 		if gp.kind == gpCall || gp.kind == gpResponse {

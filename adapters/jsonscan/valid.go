@@ -18,11 +18,54 @@ const MaxDepth = 10000
 // (strings are checked for control bytes and escapes, not for UTF-8), in
 // one pass without recursion or allocation; string contents, most of the
 // bytes of a chat request, are scanned eight bytes at a time.
-func Valid(b []byte) bool {
+func Valid(b []byte) bool { return validFrom(b, 0, wholeValue) }
+
+// ValidArrayRest reports whether b is a valid JSON array (only whitespace
+// after it) given that it opens with '[' and that its elements before off
+// are valid: it checks only b[off:], where off is the offset of the next
+// element or of the closing bracket. A messages array whose leading
+// elements repeat stored messages is checked this way without a copy.
+func ValidArrayRest(b []byte, off int) bool {
+	open := skipWS(b, 0)
+	if open >= len(b) || b[open] != '[' || off <= open || off > len(b) {
+		return false
+	}
+	// What may come at off depends on what came before it: after '[' an
+	// element or ']', after a comma an element ("[1,]" is not valid),
+	// after an element a comma or ']'.
+	prev := off - 1
+	for prev > open && isSpace(b[prev]) {
+		prev--
+	}
+	switch b[prev] {
+	case '[':
+		return validFrom(b, off, arrayRest)
+	case ',':
+		return validFrom(b, off, arrayElement)
+	}
+	return validFrom(b, off, arrayAfter)
+}
+
+// Where validFrom starts.
+const (
+	wholeValue   = iota // one whole value
+	arrayRest           // in an open array: an element or the closing bracket
+	arrayElement        // in an open array, after a comma: an element
+	arrayAfter          // in an open array, after an element: a comma or the closing bracket
+)
+
+// validFrom checks b from i, as start says.
+func validFrom(b []byte, i int, start int) bool {
 	// open holds one bit per open container: 1 object, 0 array.
 	var open [MaxDepth/64 + 1]uint64
 	depth := 0
-	i := skipWS(b, 0)
+	i = skipWS(b, i)
+	if start != wholeValue {
+		depth = 1 // open[0] is 0: an array
+		if start == arrayAfter || start == arrayRest && i < len(b) && b[i] == ']' {
+			goto after
+		}
+	}
 value:
 	if i >= len(b) {
 		return false
@@ -122,6 +165,8 @@ key:
 func ValidString(s string) bool {
 	return Valid(unsafe.Slice(unsafe.StringData(s), len(s)))
 }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 func skipWS(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {

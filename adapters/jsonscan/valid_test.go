@@ -121,3 +121,44 @@ func BenchmarkValid(b *testing.B) {
 		}
 	})
 }
+
+// FuzzValidArrayRest checks ValidArrayRest against Valid: s is cut at the
+// start of one of its elements (or at its closing bracket), so what comes
+// before the cut is '[' and valid elements, and anything t may follow.
+func FuzzValidArrayRest(f *testing.F) {
+	for _, c := range [][2]string{
+		{`[{"a":1}, "b", [2]]`, `]`}, {`[1,2]`, ``}, {`[1, 2]`, `,]`}, {`[ 1 ,2 ]`, ` 3]`},
+		{`[[],{}]`, `{"x":"\u00e9"} ]`}, {`[1]`, `] `}, {`["a","b"]`, `"c",,]`},
+	} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, s, tail string) {
+		arr := gjson.Parse(s)
+		if !gjson.Valid(s) || !arr.IsArray() || strings.TrimSpace(s)[0] != '[' {
+			return
+		}
+		var cuts []int
+		arr.ForEach(func(_, v gjson.Result) bool {
+			if v.Index > 0 {
+				cuts = append(cuts, v.Index)
+			}
+			return true
+		})
+		cuts = append(cuts, strings.LastIndexByte(s, ']'))
+		for _, off := range cuts {
+			if !ValidArrayRest([]byte(s), off) {
+				t.Fatalf("ValidArrayRest(%q, %d) = false on a valid array", s, off)
+			}
+			if c := s[off-1]; c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c == '.' {
+				// A number or literal right before the cut: tail could
+				// lengthen it ("[1" + "0]"), and a cut never falls there
+				// (the known messages are objects).
+				continue
+			}
+			b := s[:off] + tail
+			if got, want := ValidArrayRest([]byte(b), off), ValidString(b); got != want {
+				t.Fatalf("ValidArrayRest(%q, %d) = %v, Valid says %v", b, off, got, want)
+			}
+		}
+	})
+}
