@@ -46,6 +46,9 @@ func TestValidArraySkipsOnlyKnownElements(t *testing.T) {
 		{`[{"a":1} x]`, false},
 		{`[{"a":2},{"b":}]`, false},
 		{`[]`, true},
+		{`[{"a":1}, ]`, false}, // a trailing comma after the known elements
+		{`[{"a":1},{"b":2},]`, false},
+		{`[ {"a":1} ,{"b":2} ] `, true},
 	} {
 		if _, got := validArray([]byte(tc.arr), known); got != tc.want {
 			t.Errorf("validArray(%s) = %v, want %v", tc.arr, got, tc.want)
