@@ -185,6 +185,18 @@ func outside(body, sub []byte) (before, after []byte) {
 	return body[:off], body[off+len(sub):]
 }
 
+// ValidAround reports whether body is valid JSON given that sub, a slice
+// of body holding one valid array or object (the messages array that
+// MessagesKnown returned), is: it reads only the bytes around sub. A sub
+// that is not a slice of body (gjson's copy) has body read whole.
+func ValidAround(body, sub []byte) bool {
+	before, after := outside(body, sub)
+	if after == nil && len(before) == len(body) {
+		return jsonscan.Valid(body)
+	}
+	return jsonscan.ValidExcept(body, len(before), len(before)+len(sub))
+}
+
 // escapesASCIILetter reports whether b holds a \u005X, \u006X or \u007X
 // escape (how '_' and the ASCII letters can be spelled in a JSON string).
 func escapesASCIILetter(b []byte) bool {

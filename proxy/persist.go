@@ -169,8 +169,11 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	if kept != nil {
 		knownMsgs = kept.msgs
 	}
+	// The messages array was checked by MessagesKnown (its known
+	// elements were when stored); the rest of the body is checked here,
+	// so nothing that is not JSON goes upstream or into a run.
 	messages, matched, ok := ad.MessagesKnown(body, knownMsgs)
-	if !ok && !jsonscan.Valid(body) {
+	if ok && !adapters.ValidAround(body, messages) || !ok && !jsonscan.Valid(body) {
 		// Refused before any run exists: nothing is stored for it.
 		writeError(ctx, ad, apiError{status: 400, code: "invalid_json",
 			message: "The request body is not valid JSON."})

@@ -392,6 +392,9 @@ func TestInvalidJSONStoresNothing(t *testing.T) {
 		for _, tc := range []struct{ name, body string }{
 			{"truncated", `{"model":"gpt-4o","messages":[{"role":`},
 			{"nested too deep", deep},
+			// The messages are fine; the rest is not JSON.
+			{"broken outside messages", `{"messages":[{"role":"user","content":"hi"}],"model":}`},
+			{"trailing bytes", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]} x`},
 		} {
 			tid := "t-bad-" + strings.ReplaceAll(tc.name, " ", "-")
 			resp, body := do(t, "POST", p.URL+"/openai/v1/chat/completions", tc.body, "Authorization", "Bearer kj", "X-Thread-Id", tid)

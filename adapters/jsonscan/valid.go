@@ -18,7 +18,18 @@ const MaxDepth = 10000
 // (strings are checked for control bytes and escapes, not for UTF-8), in
 // one pass without recursion or allocation; string contents, most of the
 // bytes of a chat request, are scanned eight bytes at a time.
-func Valid(b []byte) bool { return validFrom(b, 0, wholeValue) }
+func Valid(b []byte) bool { return validFrom(b, 0, wholeValue, -1, 0) }
+
+// ValidExcept is Valid for b given that b[at:end] is one valid JSON array,
+// object or string already checked (a request's messages array): it reads
+// only the bytes around it. An at where no value starts in b is never
+// skipped, so the answer is Valid's either way.
+func ValidExcept(b []byte, at, end int) bool {
+	if at < 0 || end <= at || end > len(b) {
+		return Valid(b)
+	}
+	return validFrom(b, 0, wholeValue, at, end)
+}
 
 // ValidArrayRest reports whether b is a valid JSON array (only whitespace
 // after it) given that it opens with '[' and that its elements before off
@@ -39,11 +50,11 @@ func ValidArrayRest(b []byte, off int) bool {
 	}
 	switch b[prev] {
 	case '[':
-		return validFrom(b, off, arrayRest)
+		return validFrom(b, off, arrayRest, -1, 0)
 	case ',':
-		return validFrom(b, off, arrayElement)
+		return validFrom(b, off, arrayElement, -1, 0)
 	}
-	return validFrom(b, off, arrayAfter)
+	return validFrom(b, off, arrayAfter, -1, 0)
 }
 
 // Where validFrom starts.
@@ -54,8 +65,9 @@ const (
 	arrayAfter          // in an open array, after an element: a comma or the closing bracket
 )
 
-// validFrom checks b from i, as start says.
-func validFrom(b []byte, i int, start int) bool {
+// validFrom checks b from i, as start says, taking the value at skipAt
+// (up to skipEnd) as valid without reading it; skipAt -1 skips nothing.
+func validFrom(b []byte, i int, start int, skipAt, skipEnd int) bool {
 	// open holds one bit per open container: 1 object, 0 array.
 	var open [MaxDepth/64 + 1]uint64
 	depth := 0
@@ -69,6 +81,10 @@ func validFrom(b []byte, i int, start int) bool {
 value:
 	if i >= len(b) {
 		return false
+	}
+	if i == skipAt {
+		i = skipEnd
+		goto after
 	}
 	switch c := b[i]; c {
 	case '{', '[':

@@ -162,3 +162,24 @@ func FuzzValidArrayRest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidExcept checks ValidExcept against Valid: around a valid array,
+// object or string v, anything may come, and skipping v changes nothing.
+func FuzzValidExcept(f *testing.F) {
+	for _, c := range [][3]string{
+		{`{"model":"m","messages":`, `[{"role":"user","content":"hi"}]`, `}`},
+		{`{"messages":`, `[]`, `,"model":}`},
+		{`{"a":"`, `[1]`, `"}`}, {`[`, `{"k":[2]}`, `,1]`}, {``, `"s"`, ``}, {`{"m":`, `[1]`, `} x`},
+	} {
+		f.Add(c[0], c[1], c[2])
+	}
+	f.Fuzz(func(t *testing.T, prefix, v, suffix string) {
+		if !ValidString(v) || (v[0] != '[' && v[0] != '{' && v[0] != '"') || v[len(v)-1] != ']' && v[len(v)-1] != '}' && v[len(v)-1] != '"' {
+			return
+		}
+		b := []byte(prefix + v + suffix)
+		if got, want := ValidExcept(b, len(prefix), len(prefix)+len(v)), Valid(b); got != want {
+			t.Fatalf("ValidExcept(%q, %d, %d) = %v, Valid %v", b, len(prefix), len(prefix)+len(v), got, want)
+		}
+	})
+}
