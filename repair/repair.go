@@ -404,14 +404,10 @@ func eachElement(arr gjson.Result, fn func(v gjson.Result) bool) {
 		return
 	}
 	raw := arr.Raw
-	i := 0
-	for i < len(raw) && raw[i] != '[' {
-		if raw[i] > ' ' {
-			return
-		}
-		i++
+	i := opened(raw, '[')
+	if i < 0 {
+		return
 	}
-	i++
 	for {
 		for i < len(raw) && (raw[i] <= ' ' || raw[i] == ',') {
 			i++
@@ -427,19 +423,29 @@ func eachElement(arr gjson.Result, fn func(v gjson.Result) bool) {
 	}
 }
 
+// opened returns the offset just past the bracket (or brace) open that
+// raw starts with after whitespace, or -1 when raw starts otherwise.
+func opened(raw string, open byte) int {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == open {
+			return i + 1
+		}
+		if raw[i] > ' ' {
+			return -1
+		}
+	}
+	return -1
+}
+
 // walkObject calls fn with each member of the JSON object raw: the key
 // (unescaped) and the raw value. Unlike gjson's ForEach it never
 // unescapes values, so it does not allocate for them. raw must be valid
 // JSON (parseArray checked it).
 func walkObject(raw string, fn func(key, val string) bool) {
-	i := 0
-	for i < len(raw) && raw[i] != '{' {
-		if raw[i] > ' ' {
-			return
-		}
-		i++
+	i := opened(raw, '{')
+	if i < 0 {
+		return
 	}
-	i++
 	for i < len(raw) {
 		for i < len(raw) && raw[i] != '"' {
 			if raw[i] == '}' {
