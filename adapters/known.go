@@ -56,7 +56,7 @@ func validArray(arr []byte, known [][]byte) (Prefix, bool) {
 	if k == 0 {
 		return Prefix{}, jsonscan.ValidString(str(arr))
 	}
-	return Prefix{Known: k, TailAt: off}, validTail(arr, off)
+	return Prefix{Known: k, TailAt: off}, jsonscan.ValidArrayRest(arr, off)
 }
 
 // Prefix is what KnownPrefix found in a messages array: Known leading
@@ -67,18 +67,12 @@ type Prefix struct {
 	Known, TailAt int
 }
 
-// validTail reports whether arr, a JSON array whose elements before off
-// are known to be valid, is valid.
-func validTail(arr []byte, off int) bool {
-	return jsonscan.ValidArrayRest(arr, off)
-}
-
 // arrayAt returns the array at path, a slice of body, when it is one and
 // valid (its known leading elements taken as valid).
 func arrayAt(body []byte, path string, known [][]byte) ([]byte, Prefix, bool) {
 	if len(known) > 0 {
 		if arr, p, ok := knownArrayAt(body, path, known); ok {
-			return arr, p, validTail(arr, p.TailAt)
+			return arr, p, jsonscan.ValidArrayRest(arr, p.TailAt)
 		}
 	}
 	// Find the array with a walk over the top-level members, which skips
@@ -173,16 +167,25 @@ func insertAbsentKeys(dst, body, skip []byte, members ...newMember) ([]byte, boo
 // before it and the part after it; else body whole (and nil). A needle
 // that starts with a quote cannot straddle sub, a JSON value.
 func outside(body, sub []byte) (before, after []byte) {
-	if len(sub) == 0 || len(body) == 0 {
+	off, ok := offsetIn(body, sub)
+	if !ok {
 		return body, nil
+	}
+	return body[:off], body[off+len(sub):]
+}
+
+// offsetIn returns where sub starts in body, when sub is a (non-empty)
+// slice of body.
+func offsetIn(body, sub []byte) (int, bool) {
+	if len(sub) == 0 || len(body) == 0 {
+		return 0, false
 	}
 	b0 := uintptr(unsafe.Pointer(unsafe.SliceData(body)))
 	s0 := uintptr(unsafe.Pointer(unsafe.SliceData(sub)))
 	if s0 < b0 || s0+uintptr(len(sub)) > b0+uintptr(len(body)) {
-		return body, nil
+		return 0, false
 	}
-	off := int(s0 - b0)
-	return body[:off], body[off+len(sub):]
+	return int(s0 - b0), true
 }
 
 // ValidAround reports whether body is valid JSON given that sub, a slice
@@ -190,11 +193,11 @@ func outside(body, sub []byte) (before, after []byte) {
 // MessagesKnown returned), is: it reads only the bytes around sub. A sub
 // that is not a slice of body (gjson's copy) has body read whole.
 func ValidAround(body, sub []byte) bool {
-	before, after := outside(body, sub)
-	if after == nil && len(before) == len(body) {
+	off, ok := offsetIn(body, sub)
+	if !ok {
 		return jsonscan.Valid(body)
 	}
-	return jsonscan.ValidExcept(body, len(before), len(before)+len(sub))
+	return jsonscan.ValidExcept(body, off, off+len(sub))
 }
 
 // escapesASCIILetter reports whether b holds a \u005X, \u006X or \u007X

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
 
 func TestKnownPrefix(t *testing.T) {
@@ -136,6 +138,19 @@ func checkKnownArrayAt(t *testing.T, body []byte) {
 	}
 }
 
+// ValidAround on the array arrayAt finds answers what Valid answers for
+// the whole body, valid or not.
+func checkValidAround(t *testing.T, body []byte) {
+	t.Helper()
+	arr, _, ok := arrayAt(body, "messages", nil)
+	if !ok {
+		return
+	}
+	if got, want := ValidAround(body, arr), jsonscan.Valid(body); got != want {
+		t.Fatalf("ValidAround(%s) = %v, Valid %v", body, got, want)
+	}
+}
+
 // insertAbsentKeys adds members only where gjson finds none of their
 // keys, keeps every other top-level member as gjson reads it, and builds
 // in dst when dst has the room.
@@ -241,6 +256,7 @@ func FuzzKnownArrayAt(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"x":"\\\""},"s\\\\",[[]]],"z":{"messages":1}}`))
 	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"c1","content":""},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","function":{"name":"f"}}]},{"role":"function","name":"g","content":[{"type":"text","text":""}]},1,{"r\u006fle":"user","role":"system","role":"user"}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
+		checkValidAround(t, body)
 		checkKnownArrayAt(t, body)
 		checkInsertAbsentKeys(t, body)
 		checkWalkMessages(t, body)
