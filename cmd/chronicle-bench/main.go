@@ -68,7 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.IntVar(&s.Streams, "streams", 2000, "concurrent slow streams per target in the streams check (0 skips)")
 	fs.DurationVar(&s.SlowDelay, "streams-chunk-delay", 50*time.Millisecond, "mock delay between events of the slow streams")
 	fs.IntVar(&s.HOLBytes, "hol-bytes", 10<<20, "size of the big request in the head-of-line check (0 skips)")
-	fs.DurationVar(&s.HOLWindow, "hol-window", 1500*time.Millisecond, "length of each half of the head-of-line check")
+	fs.DurationVar(&s.HOLWindow, "hol-window", 4*time.Second, "length of each half of the head-of-line check (4 s: about 700 small streams, so p99 rests on 7 of them)")
 	fs.BoolVar(&s.Pin, "pin", false, "pin each proxy process to its own core with taskset (the mock to core 0)")
 	fs.StringVar(&s.Targets, "targets", "all", "comma list of direct,go-httputil,nginx,chronicle-pass,chronicle-embedded,chronicle-redis")
 	fs.StringVar(&s.Workloads, "workloads", "all", "comma list of chat,stream,chat-open,replace,append,replace-long")
