@@ -70,17 +70,15 @@ type Prefix struct {
 // arrayAt returns the array at path, a slice of body, when it is one and
 // valid (its known leading elements taken as valid).
 func arrayAt(body []byte, path string, known [][]byte) ([]byte, Prefix, bool) {
-	if len(known) > 0 {
-		if arr, p, ok := knownArrayAt(body, path, known); ok {
-			return arr, p, jsonscan.ValidArrayRest(arr, p.TailAt)
-		}
-	}
-	// Find the array with a walk over the top-level members, which skips
-	// strings with a vectorised search; gjson steps through every byte
-	// before it (a long history's text). gjson reads what the walk cannot
-	// (an escaped key before it, malformed JSON).
+	// Find the array with one walk over the top-level members, which
+	// skips strings with a vectorised search; gjson steps through every
+	// byte before it (a long history's text). gjson reads what the walk
+	// cannot (an escaped key before it, malformed JSON).
 	var raw []byte
 	if start, ok := topLevelValue(body, path); ok && start < len(body) && body[start] == '[' {
+		if arr, p, ok := knownArrayAt(body, start, known); ok {
+			return arr, p, jsonscan.ValidArrayRest(arr, p.TailAt)
+		}
 		if end, ok := skipValue(body, start); ok {
 			raw = body[start:end]
 		}
@@ -234,21 +232,15 @@ func nonEmpty(quoted []byte) []byte {
 	return quoted
 }
 
-// knownArrayAt finds the array at the top-level key of body and the
-// elements it repeats from known without reading them: the array's
-// start comes from a walk over the members before it, its known elements
-// from KnownPrefix (a memcmp each), its end from skipping the rest. ok is
-// false when that does not apply (no known element repeated, an escaped
-// key, not an array, malformed JSON); the caller then reads the body with
-// gjson as for any other request.
+// knownArrayAt finds the end of the array that opens at body[start] and
+// the elements it repeats from known without reading them: its known
+// elements from KnownPrefix (a memcmp each), its end from skipping the
+// rest. ok is false when that does not apply (no known element repeated,
+// malformed JSON); the caller then skips or reads the whole array.
 //
 // tailAt is the offset in arr of the first element that is not known (or
 // of the closing bracket).
-func knownArrayAt(body []byte, key string, known [][]byte) (arr []byte, p Prefix, ok bool) {
-	start, ok := topLevelValue(body, key)
-	if !ok || start >= len(body) || body[start] != '[' {
-		return nil, Prefix{}, false
-	}
+func knownArrayAt(body []byte, start int, known [][]byte) (arr []byte, p Prefix, ok bool) {
 	k, off := KnownPrefix(body[start:], known)
 	if k == 0 {
 		return nil, Prefix{}, false

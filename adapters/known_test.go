@@ -122,7 +122,7 @@ func checkKnownArrayAt(t *testing.T, body []byte) {
 		t.Fatalf("arrayAt(%s) = %s, %v; gjson finds %s", body, got, ok, r.Raw)
 	}
 	for k := 0; k <= len(elems); k++ {
-		got, p, ok := knownArrayAt(body, "messages", elems[:k])
+		got, p, ok := knownAt(body, "messages", elems[:k])
 		if !ok {
 			continue // the gjson path answers
 		}
@@ -136,6 +136,16 @@ func checkKnownArrayAt(t *testing.T, body []byte) {
 			t.Fatalf("arrayAt differs with and without known elements: %s vs %s", got, want)
 		}
 	}
+}
+
+// knownAt is knownArrayAt for the array at the top-level key, as arrayAt
+// finds it.
+func knownAt(body []byte, key string, known [][]byte) ([]byte, Prefix, bool) {
+	start, ok := topLevelValue(body, key)
+	if !ok || start >= len(body) || body[start] != '[' {
+		return nil, Prefix{}, false
+	}
+	return knownArrayAt(body, start, known)
 }
 
 // ValidAround on the array arrayAt finds answers what Valid answers for
@@ -246,7 +256,7 @@ func TestKnownArrayAt(t *testing.T) {
 		checkInsertAbsentKeys(t, []byte(b))
 		checkWalkMessages(t, []byte(b))
 	}
-	if _, _, ok := knownArrayAt([]byte(`{"messages":[{"a":1},{"b":2}]}`), "messages", [][]byte{[]byte(`{"a":1}`)}); !ok {
+	if _, _, ok := knownAt([]byte(`{"messages":[{"a":1},{"b":2}]}`), "messages", [][]byte{[]byte(`{"a":1}`)}); !ok {
 		t.Fatal("the fast path did not apply to a plain body")
 	}
 }
