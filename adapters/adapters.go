@@ -266,17 +266,40 @@ type Prepare struct {
 	// (appended to Buf[:0]); it must not overlap body. The caller may
 	// reuse it once the returned body is no longer needed.
 	Buf []byte
+	// Splice: the caller can send a body with an insertion
+	// (Upstream.Insert), so members may be added to body without copying
+	// it. Set for bodies too large to build in Buf.
+	Splice bool
 }
 
 // Upstream is what PrepareUpstream decided.
 type Upstream struct {
+	// Body is the body to send; with Insert, before the insertion.
 	Body []byte
+	// Insert, when not nil, goes into Body at offset At: the body to send
+	// is Body[:At], Insert, Body[At:]. Only when Prepare.Splice was set;
+	// Bytes joins the three.
+	Insert []byte
+	At     int
 	// Headers are header edits to apply (set, replacing any value).
 	Headers []Header
 	// SessionID is the session id the upstream receives, "" if none.
 	SessionID string
 	// AddedUsage reports that chronicle added include_usage.
 	AddedUsage bool
+}
+
+// Len is the length of the body to send.
+func (u Upstream) Len() int { return len(u.Body) + len(u.Insert) }
+
+// Bytes returns the body to send in one slice: Body itself, or a new
+// buffer holding Body with Insert in place.
+func (u Upstream) Bytes() []byte {
+	if u.Insert == nil {
+		return u.Body
+	}
+	out := make([]byte, 0, u.Len())
+	return append(append(append(out, u.Body[:u.At]...), u.Insert...), u.Body[u.At:]...)
 }
 
 // str returns a string that aliases b without copying. The caller must not

@@ -121,36 +121,72 @@ type newMember struct {
 // body), else into a new buffer. It reports false unless every key is
 // absent.
 func insertAbsentKeys(dst, body, skip []byte, members ...newMember) ([]byte, bool) {
-	i := skipSpace(body, 0)
-	end := len(body) - 1
-	for end > i && (body[end] == ' ' || body[end] == '\n' || body[end] == '\r' || body[end] == '\t') {
-		end--
-	}
-	if i >= end || body[i] != '{' || body[end] != '}' {
+	end, comma, ok := insertionPoint(body, skip, members)
+	if !ok {
 		return nil, false
 	}
-	before, after := outside(body, skip)
-	if escapesASCIILetter(before) || escapesASCIILetter(after) {
-		return nil, false
-	}
-	n := len(body)
-	for _, m := range members {
-		if m.value == nil {
-			return nil, false
-		}
-		var buf [64]byte
-		quoted := append(append(append(buf[:0], '"'), m.key...), '"')
-		if bytes.Contains(before, quoted) || bytes.Contains(after, quoted) {
-			return nil, false
-		}
-		n += len(m.key) + len(m.value) + 4
-	}
+	n := len(body) + membersLen(members)
 	out := dst[:0]
 	if cap(out) < n {
 		out = make([]byte, 0, n)
 	}
-	out = append(out, body[:end]...)
-	comma := skipSpace(body, i+1) != end
+	out = appendMembers(append(out, body[:end]...), comma, members)
+	return append(out, body[end:]...), true
+}
+
+// spliceAbsentKeys is insertAbsentKeys without the copy: it returns the
+// members' bytes and the offset in body where they go (see
+// Upstream.Insert).
+func spliceAbsentKeys(body, skip []byte, members ...newMember) (insert []byte, at int, ok bool) {
+	end, comma, ok := insertionPoint(body, skip, members)
+	if !ok {
+		return nil, 0, false
+	}
+	return appendMembers(make([]byte, 0, membersLen(members)), comma, members), end, true
+}
+
+// insertionPoint is where insertAbsentKeys adds members to body: the
+// offset of its closing brace, and whether a comma goes first (the object
+// has members). It reports false when a member might be present already
+// (see insertAbsentKey) or body is not plainly an object.
+func insertionPoint(body, skip []byte, members []newMember) (end int, comma bool, ok bool) {
+	i := skipSpace(body, 0)
+	end = len(body) - 1
+	for end > i && (body[end] == ' ' || body[end] == '\n' || body[end] == '\r' || body[end] == '\t') {
+		end--
+	}
+	if i >= end || body[i] != '{' || body[end] != '}' {
+		return 0, false, false
+	}
+	before, after := outside(body, skip)
+	if escapesASCIILetter(before) || escapesASCIILetter(after) {
+		return 0, false, false
+	}
+	for _, m := range members {
+		if m.value == nil {
+			return 0, false, false
+		}
+		var buf [64]byte
+		quoted := append(append(append(buf[:0], '"'), m.key...), '"')
+		if bytes.Contains(before, quoted) || bytes.Contains(after, quoted) {
+			return 0, false, false
+		}
+	}
+	return end, skipSpace(body, i+1) != end, true
+}
+
+// membersLen is the length appendMembers adds, at most.
+func membersLen(members []newMember) int {
+	n := 0
+	for _, m := range members {
+		n += len(m.key) + len(m.value) + 4
+	}
+	return n
+}
+
+// appendMembers appends ,"key":value for each member (no comma before the
+// first unless comma).
+func appendMembers(out []byte, comma bool, members []newMember) []byte {
 	for _, m := range members {
 		if comma {
 			out = append(out, ',')
@@ -158,7 +194,7 @@ func insertAbsentKeys(dst, body, skip []byte, members ...newMember) ([]byte, boo
 		comma = true
 		out = append(append(append(append(out, '"'), m.key...), '"', ':'), m.value...)
 	}
-	return append(out, body[end:]...), true
+	return out
 }
 
 // outside returns body without sub, when sub is a slice of body: the part

@@ -1,6 +1,7 @@
 package adapters
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -171,7 +172,16 @@ func checkInsertAbsentKeys(t *testing.T, body []byte) {
 	}
 	msgs, _, _ := arrayAt(body, "messages", nil)
 	dst := make([]byte, 0, len(body)+64)
-	out, ok := insertAbsentKeys(dst, body, msgs, newMember{"k1", []byte("1")}, newMember{"stream_options", []byte(`{"x":"y"}`)})
+	members := []newMember{{"k1", []byte("1")}, {"stream_options", []byte(`{"x":"y"}`)}}
+	out, ok := insertAbsentKeys(dst, body, msgs, members...)
+	// Splicing decides the same and sends the same bytes, without a copy.
+	insert, at, spliced := spliceAbsentKeys(body, msgs, members...)
+	if spliced != ok {
+		t.Fatalf("spliceAbsentKeys(%s) reports %v, insertAbsentKeys %v", body, spliced, ok)
+	}
+	if joined := (Upstream{Body: body, Insert: insert, At: at}).Bytes(); ok && !bytes.Equal(joined, out) {
+		t.Fatalf("spliceAbsentKeys(%s) sends %s, insertAbsentKeys %s", body, joined, out)
+	}
 	if !ok {
 		return
 	}

@@ -312,7 +312,7 @@ func openAIEmptyText(c gjson.Result) bool {
 func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	sessionID, stream := p.SessionID, p.Stream
 	// The common case: every member to add is plainly absent, and one
-	// copy into p.Buf adds them all.
+	// copy into p.Buf adds them all (with p.Splice, no copy).
 	var add [2]newMember
 	n := 0
 	if a.d.SessionField != "" && sessionID != "" {
@@ -324,8 +324,16 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		n++
 	}
 	if n > 0 {
-		if out, ok := insertAbsentKeys(p.Buf, body, p.Messages, add[:n]...); ok {
-			up := Upstream{Body: out, AddedUsage: stream && a.d.InjectUsage}
+		var up Upstream
+		var ok bool
+		if p.Splice {
+			up.Body = body
+			up.Insert, up.At, ok = spliceAbsentKeys(body, p.Messages, add[:n]...)
+		} else {
+			up.Body, ok = insertAbsentKeys(p.Buf, body, p.Messages, add[:n]...)
+		}
+		if ok {
+			up.AddedUsage = stream && a.d.InjectUsage
 			for _, h := range a.d.SessionHeaders {
 				up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})
 			}

@@ -222,8 +222,15 @@ func (a *Responses) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	sessionID := p.SessionID
 	sid := sessionID
 	if a.d.SessionField != "" {
-		if out, ok := insertAbsentKey(body, p.Messages, a.d.SessionField, nonEmpty(plainJSONString(sessionID))); ok {
-			up.Body = out
+		member := newMember{a.d.SessionField, nonEmpty(plainJSONString(sessionID))}
+		var added bool
+		if p.Splice {
+			up.Insert, up.At, added = spliceAbsentKeys(body, p.Messages, member)
+		} else if out, ok := insertAbsentKeys(nil, body, p.Messages, member); ok {
+			up.Body, added = out, true
+		}
+		if added {
+			// the session id is in the body
 		} else if cur := get(body, a.d.SessionField); cur.Type == gjson.String && cur.Str != "" {
 			sid = cur.Str
 		} else if sessionID != "" {

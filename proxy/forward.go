@@ -94,6 +94,13 @@ type exchange struct {
 	// upBuf holds the upstream body when chronicle built it (from
 	// upBodyPool), until the round trip is over.
 	upBuf *[]byte
+	// upInsert, when not nil, goes into the upstream body at offset upAt
+	// (adapters.Upstream.Insert): a large body is sent in three pieces
+	// rather than copied to add a member.
+	upInsert []byte
+	upAt     int
+	// spliced is the upstream request's body stream when upInsert is set.
+	spliced splicedBody
 }
 
 // upBodyPool recycles the buffers upstream bodies are built in (the
@@ -368,7 +375,55 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 	for _, h := range ex.extraHeaders {
 		req.Header.Set(h.Name, h.Value)
 	}
+	if ex.upInsert != nil {
+		ex.spliced = splicedBody{parts: [3][]byte{body[:ex.upAt], ex.upInsert, body[ex.upAt:]}}
+		req.SetBodyStream(&ex.spliced, len(body)+len(ex.upInsert))
+		return
+	}
 	req.SetBodyRaw(body)
+}
+
+// upstreamBody returns a copy of the body buildRequest sends, for the
+// run's audit record.
+func (ex *exchange) upstreamBody(body []byte) []byte {
+	if ex.upInsert == nil {
+		return append([]byte(nil), body...)
+	}
+	return adapters.Upstream{Body: body, Insert: ex.upInsert, At: ex.upAt}.Bytes()
+}
+
+// splicedBody is an upstream body sent in pieces, in order, without
+// joining them: fasthttp writes a sized body stream through its WriteTo,
+// so each piece goes from its own memory to the connection's buffer, or
+// straight to the socket when it is larger.
+type splicedBody struct {
+	parts [3][]byte
+	i     int
+}
+
+func (b *splicedBody) Read(p []byte) (int, error) {
+	for b.i < len(b.parts) && len(b.parts[b.i]) == 0 {
+		b.i++
+	}
+	if b.i == len(b.parts) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.parts[b.i])
+	b.parts[b.i] = b.parts[b.i][n:]
+	return n, nil
+}
+
+func (b *splicedBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for ; b.i < len(b.parts); b.i++ {
+		n, err := w.Write(b.parts[b.i])
+		total += int64(n)
+		b.parts[b.i] = b.parts[b.i][n:]
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}

@@ -251,7 +251,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	if err == nil && ex.up.cfg.Audit.UpstreamBody {
 		// A copy: out may alias the request buffer. Credentials travel in
 		// headers, never in this body.
-		t.upstreamBody = append([]byte(nil), out...)
+		t.upstreamBody = ex.upstreamBody(out)
 	}
 	if err != nil {
 		var ae *apiError
@@ -517,6 +517,9 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		sid = t.s.instanceSessionID(rctx, t.up.cfg.Name, t.model)
 	}
 	prep := adapters.Prepare{SessionID: sid, Stream: ex.op.Stream, Buf: ex.upstreamBuf(len(body))}
+	// A body too large for the pool is not copied to add the session id:
+	// it goes upstream in pieces (splicedBody).
+	prep.Splice = prep.Buf == nil
 	if bytes.Equal(composed, messages) {
 		prep.Messages = messages // a slice of body: searches skip it
 	}
@@ -525,6 +528,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		return nil, err
 	}
 	ex.extraHeaders = up.Headers
+	ex.upInsert, ex.upAt = up.Insert, up.At
 	if up.SessionID != "" {
 		sid := up.SessionID
 		t.sessionID = &sid

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+	"github.com/valyala/fasthttp"
 )
 
 const persistConfig = `
@@ -483,3 +487,87 @@ func TestLargeMessageAcrossReplicas(t *testing.T) {
 		t.Fatalf("thread API: %d messages", len(msgs))
 	}
 }
+
+// TestLargeBodySpliced: a body too large to copy for the session id goes
+// upstream in pieces (the request's bytes, the added members, its end).
+// The provider receives exactly the body with the members added, on every
+// attempt of a retried request, with the right Content-Length; the audit
+// record holds the same bytes; a stream gets include_usage too.
+func TestLargeBodySpliced(t *testing.T) {
+	var mu sync.Mutex
+	var got [][]byte
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &fasthttp.Server{MaxRequestBodySize: 64 << 20, Handler: func(ctx *fasthttp.RequestCtx) {
+		mu.Lock()
+		got = append(got, append([]byte(nil), ctx.PostBody()...))
+		first := len(got)%2 == 1
+		mu.Unlock()
+		ctx.SetContentType("application/json")
+		if first { // every request's first attempt fails
+			ctx.SetStatusCode(503)
+			ctx.SetBodyString(`{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}`)
+			return
+		}
+		if gjson.GetBytes(ctx.PostBody(), "stream").Bool() {
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyString("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n" +
+				"data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1,\"total_tokens\":2}}\n\ndata: [DONE]\n\n")
+			return
+		}
+		ctx.SetBodyString(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}}
+	go up.Serve(ln)
+	t.Cleanup(func() { up.Shutdown() })
+
+	p := startProxyWith(t, nil, `
+admin: {token: admin-secret}
+limits: {max_body_bytes: 33554432}
+connections:
+  - {name: big, provider: openai, base_url: "http://`+ln.Addr().String()+`", audit: {upstream_body: true}, retry: {max_attempts: 2, base_backoff: 1ms, max_backoff: 1ms}}
+`, openEmbedded(t, t.TempDir()))
+	big := strings.Repeat("a long pasted document, ", 100000) // 2.4 MB: past the pooled buffers
+	tenant := passThroughTenant([]byte("kc"))
+	for _, tc := range []struct{ name, body, added string }{
+		{"chat", `{"model":"gpt-4o","messages":[{"role":"user","content":"` + big + `"}]}` + "\n",
+			`,"prompt_cache_key":"%s"`},
+		{"stream", `{ "stream": true, "messages":[{"role":"user","content":"` + big + `"}], "model":"gpt-4o" }`,
+			`,"prompt_cache_key":"%s","stream_options":{"include_usage":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			got = nil
+			mu.Unlock()
+			thread := "t-spliced-" + tc.name
+			resp, body := do(t, "POST", p.URL+"/big/v1/chat/completions", tc.body, "Authorization", "Bearer kc", "X-Thread-Id", thread)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%d %.300s", resp.StatusCode, body)
+			}
+			end := strings.LastIndexByte(tc.body, '}')
+			want := tc.body[:end] + fmt.Sprintf(tc.added, threadSessionID(tenant, thread)) + tc.body[end:]
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != 2 {
+				t.Fatalf("the upstream got %d attempts, want 2", len(got))
+			}
+			for i, g := range got {
+				if string(g) != want {
+					t.Fatalf("attempt %d: the upstream got %d bytes ending %q, want %d ending %q", i+1, len(g), tail(g), len(want), tail([]byte(want)))
+				}
+			}
+			// The admin API compacts the JSON it shows.
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, []byte(want)); err != nil {
+				t.Fatal(err)
+			}
+			_, doc := do(t, "GET", p.URL+"/admin/threads/"+tenant+"/"+thread+"/runs/"+resp.Header.Get("X-Run-Id"), "", "Authorization", "Bearer admin-secret")
+			if audited := gjson.GetBytes(doc, "upstream_body").Raw; audited != compact.String() {
+				t.Fatalf("audit record: %d bytes ending %q, want %d", len(audited), tail([]byte(audited)), compact.Len())
+			}
+		})
+	}
+}
+
+func tail(b []byte) []byte { return b[max(0, len(b)-120):] }
