@@ -205,12 +205,20 @@ func newCachedThread(ad adapters.Adapter, k store.Key, msgs [][]byte, hashes []s
 	for _, m := range msgs {
 		n += len(m) + 1
 	}
-	ct.buf = append(make([]byte, 0, n+n/4+1024), '[')
+	ct.buf = append(make([]byte, 0, n+headroom(n)), '[')
 	ct.msgs = make([][]byte, 0, len(msgs)+len(msgs)/4+8)
 	ct.appendMessages(ad, msgs, scanFrom)
 	ct.infoBytes = sizeOf(info)
 	ct.size = int64(cap(ct.buf)) + int64(len(msgs))*(24+16+64) + 256 + ct.infoBytes
 	return ct
+}
+
+// headroom is the room a new buffer of n bytes gets for the messages of
+// later turns: a quarter more, so a growing thread is seldom copied, and
+// at most 1 MiB, so a thread that starts with one huge message does not
+// keep megabytes it will not use.
+func headroom(n int) int {
+	return min(n/4, 1<<20) + 1024
 }
 
 // nextCachedThread is the entry for a transcript whose first keep messages
@@ -219,8 +227,14 @@ func newCachedThread(ad adapters.Adapter, k store.Key, msgs [][]byte, hashes []s
 // base and base's claim is free (or claimed: the caller holds it), base is
 // extended in place; otherwise the messages are copied.
 func nextCachedThread(ad adapters.Adapter, k store.Key, base *cachedThread, claimed bool, keep int, stored, parts [][]byte, hashes []store.Hash, info []msgInfo) *cachedThread {
-	if base != nil && base.buf != nil && keep == len(base.msgs) && keep <= len(parts) && (claimed || base.extended.CompareAndSwap(false, true)) {
-		return extendCachedThread(ad, base, parts[keep:], hashes, info)
+	if base != nil && base.buf != nil && keep == len(base.msgs) && keep <= len(parts) {
+		if !base.fits(parts[keep:]) {
+			// Outgrown: the whole transcript moves to a buffer with room.
+			return newCachedThread(ad, k, append(stored[:keep:keep], parts[keep:]...), hashes, info, base, keep)
+		}
+		if claimed || base.extended.CompareAndSwap(false, true) {
+			return extendCachedThread(ad, base, parts[keep:], hashes, info)
+		}
 	}
 	if root, n := base.shared(); base != nil && keep > 0 && keep <= n && keep <= len(parts) {
 		return shareCachedThread(ad, base, root, keep, parts[keep:], hashes, info)
@@ -254,6 +268,18 @@ func shareCachedThread(ad adapters.Adapter, base *cachedThread, root []byte, kee
 	ct.infoBytes = sizeOf(info)
 	ct.size = int64(cap(root)) + int64(cap(own)) + int64(len(ct.msgs))*(24+16+64) + 256 + ct.infoBytes
 	return ct
+}
+
+// fits reports whether added fit in the room past ct's buffer. A thread
+// that outgrows it is copied into a buffer with room of its own: appending
+// past the capacity would move the buffer, and ct's messages would keep
+// the old one alive beside the new.
+func (ct *cachedThread) fits(added [][]byte) bool {
+	room := cap(ct.buf) - len(ct.buf)
+	for _, m := range added {
+		room -= len(m) + 1
+	}
+	return room >= 0
 }
 
 // extendCachedThread keeps base's messages followed by added, with hashes

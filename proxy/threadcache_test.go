@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/store"
@@ -298,5 +300,55 @@ func TestThreadCacheAcrossReplicas(t *testing.T) {
 	got := gjson.GetBytes(m.Requests()[len(m.Requests())-1].Body, "messages")
 	if n := len(got.Array()); n != 2 || strings.Contains(got.Raw, "turn ") {
 		t.Fatalf("continue on a sent %s; want the new thread's two messages", got.Raw)
+	}
+}
+
+// A thread that grows past its buffer's room moves to a buffer of its
+// own, whole: every message of every entry lies in that entry's buffer,
+// so no entry keeps an outgrown buffer alive beside its new one (which
+// its size would not count), and the entries it grew from still read as
+// they did.
+func TestCachedThreadOutgrowsItsBuffer(t *testing.T) {
+	ad := openAIAdapter
+	k := store.Key{Tenant: "t", Thread: "grows"}
+	msg := func(i int) []byte {
+		return []byte(`{"role":"user","content":"` + strings.Repeat("x", 100+i%7) + strconv.Itoa(i) + `"}`)
+	}
+	msgs := [][]byte{msg(0)}
+	hashes := []store.Hash{store.Hash(adapters.HashMessage(msgs[0]))}
+	e := newCachedThread(ad, k, msgs, hashes, make([]msgInfo, 1), nil, 0)
+	entries := []*cachedThread{e}
+	moves := 0
+	for i := 1; i < 200; i++ {
+		msgs = append(slices.Clone(msgs), msg(i))
+		hashes = append(slices.Clone(hashes), store.Hash(adapters.HashMessage(msgs[i])))
+		next := nextCachedThread(ad, k, e, false, i, e.msgs, msgs, hashes, make([]msgInfo, i+1))
+		if next.buf == nil {
+			t.Fatalf("turn %d: no buffer", i)
+		}
+		if &next.buf[0] != &e.buf[0] {
+			moves++
+		}
+		lo := uintptr(unsafe.Pointer(unsafe.SliceData(next.buf)))
+		hi := lo + uintptr(len(next.buf))
+		for j, m := range next.msgs {
+			p := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+			if p < lo || p+uintptr(len(m)) > hi {
+				t.Fatalf("turn %d: message %d lies outside the entry's buffer", i, j)
+			}
+		}
+		if int64(cap(next.buf)) > next.size {
+			t.Fatalf("turn %d: size %d does not count the buffer (%d)", i, next.size, cap(next.buf))
+		}
+		e = next
+		entries = append(entries, e)
+	}
+	if moves < 3 {
+		t.Fatalf("the buffer moved %d times over 200 turns; the test wants it to outgrow its room", moves)
+	}
+	for i, en := range entries {
+		if got, want := string(en.array()), string(joinArray(msgs[:i+1])); got != want {
+			t.Fatalf("entry %d reads %.80s…, want %.80s…", i, got, want)
+		}
 	}
 }
