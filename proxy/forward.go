@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -468,6 +469,11 @@ func (s *Server) writeUpstreamError(ctx *fasthttp.RequestCtx, shape adapters.Ada
 		return
 	}
 	s.log.Warn("upstream request failed", "err", err)
+	if small := (*fasthttp.ErrSmallBuffer)(nil); errors.As(err, &small) {
+		writeError(ctx, shape, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamError,
+			message: fmt.Sprintf("The upstream's response headers are larger than this proxy accepts (limits.max_upstream_header_bytes = %d).", s.cfg.Limits.MaxUpstreamHeaderBytes)})
+		return
+	}
 	writeError(ctx, shape, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamError,
 		message: "The upstream could not be reached or closed the connection."})
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/cmd/mockllm/mock"
+	"github.com/valyala/fasthttp"
 )
 
 const passThroughConfig = `
@@ -345,3 +347,37 @@ func TestTruncatedStream(t *testing.T) {
 }
 
 var _ = mock.Options{}
+
+// TestUpstreamHeaderLimit: an upstream answer whose head does not fit in
+// limits.max_upstream_header_bytes gets a 502 that names the key; a
+// connection with room for it relays it.
+func TestUpstreamHeaderLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-Long", strings.Repeat("h", 20000))
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	}}
+	go up.Serve(ln)
+	t.Cleanup(func() { up.Shutdown() })
+	for _, tc := range []struct {
+		limits string
+		status int
+		want   string
+	}{
+		{"", 502, "limits.max_upstream_header_bytes = 16384"},
+		{"limits: {max_upstream_header_bytes: 32768}", 200, `"content":"ok"`},
+	} {
+		p := startProxy(t, nil, tc.limits+`
+connections:
+  - {name: a, provider: openai, base_url: "http://`+ln.Addr().String()+`", persist: false}
+`)
+		resp, body := do(t, "POST", p.URL+"/a/v1/chat/completions", chatBody, "Authorization", "Bearer k")
+		if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.want) {
+			t.Errorf("%q: %d %s; want %d with %s", tc.limits, resp.StatusCode, body, tc.status, tc.want)
+		}
+	}
+}

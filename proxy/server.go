@@ -263,7 +263,10 @@ func newHostClient(u *url.URL, cfg *config.Config, maxConns int) *fasthttp.HostC
 		// default cap (512) would refuse the 513th stream outright.
 		MaxConns:           maxConns,
 		MaxConnWaitTimeout: 10 * time.Second,
-		ReadBufferSize:     cfg.Limits.MaxHeaderBytes,
+		// The read buffer holds the response head, and stays with the
+		// connection while a stream is read through it: one per open
+		// stream. Provider heads are 1–3 KB.
+		ReadBufferSize: cfg.Limits.MaxUpstreamHeaderBytes,
 		// Head and body of a request up to 64 KiB go out in one write
 		// (with the default 4 KiB, a 7 KB body took two). The writer is
 		// pooled and held only while a request is written.

@@ -122,15 +122,19 @@ type Admin struct {
 
 // Limits bounds what one request or connection may cost.
 type Limits struct {
-	MaxBodyBytes    int      `yaml:"max_body_bytes"`
-	MaxHeaderBytes  int      `yaml:"max_header_bytes"`
-	MaxSSELineBytes int      `yaml:"max_sse_line_bytes"`
-	MaxConnections  int      `yaml:"max_connections"`
-	ReadTimeout     Duration `yaml:"read_timeout"`
-	WriteTimeout    Duration `yaml:"write_timeout"`
-	IdleTimeout     Duration `yaml:"idle_timeout"`
-	Heartbeat       Duration `yaml:"heartbeat"`
-	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	MaxBodyBytes   int `yaml:"max_body_bytes"`
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxUpstreamHeaderBytes bounds an upstream response's status line and
+	// headers; it is the size of the read buffer each upstream connection
+	// holds while its answer streams.
+	MaxUpstreamHeaderBytes int      `yaml:"max_upstream_header_bytes"`
+	MaxSSELineBytes        int      `yaml:"max_sse_line_bytes"`
+	MaxConnections         int      `yaml:"max_connections"`
+	ReadTimeout            Duration `yaml:"read_timeout"`
+	WriteTimeout           Duration `yaml:"write_timeout"`
+	IdleTimeout            Duration `yaml:"idle_timeout"`
+	Heartbeat              Duration `yaml:"heartbeat"`
+	ShutdownTimeout        Duration `yaml:"shutdown_timeout"`
 	// Mode is where gates and rate limits live: local (this process) or
 	// shared (the Redis store, across every replica that shares it).
 	Mode string `yaml:"mode"`
@@ -347,6 +351,9 @@ func (c *Config) applyDefaults() {
 	if l.MaxHeaderBytes == 0 {
 		l.MaxHeaderBytes = 64 << 10
 	}
+	if l.MaxUpstreamHeaderBytes == 0 {
+		l.MaxUpstreamHeaderBytes = 16 << 10
+	}
 	if l.MaxSSELineBytes == 0 {
 		l.MaxSSELineBytes = 4 << 20
 	}
@@ -468,6 +475,9 @@ func (c *Config) Validate() error {
 	positive("limits.max_connections", l.MaxConnections)
 	if l.MaxHeaderBytes > 0 && l.MaxHeaderBytes < 1024 {
 		bad("limits.max_header_bytes", "must be at least 1024, got %d", l.MaxHeaderBytes)
+	}
+	if l.MaxUpstreamHeaderBytes < 1024 {
+		bad("limits.max_upstream_header_bytes", "must be at least 1024, got %d", l.MaxUpstreamHeaderBytes)
 	}
 	for key, d := range map[string]Duration{
 		"limits.read_timeout": l.ReadTimeout, "limits.write_timeout": l.WriteTimeout,

@@ -78,6 +78,7 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"redis without url", "store: {driver: redis, url: ''}", []string{"store.url: required"}},
 		{"bad duration", "limits: {read_timeout: soon}", []string{"want a duration"}},
 		{"negative body", "limits: {max_body_bytes: -1}", []string{"limits.max_body_bytes: must not be negative"}},
+		{"small upstream head", "limits: {max_upstream_header_bytes: 512}", []string{"limits.max_upstream_header_bytes: must be at least 1024, got 512"}},
 		{"event window too long", "store: {event_batch_window: 2s}", []string{"store.event_batch_window: must be between 1ms and 1s"}},
 		{"reserved name", "connections: [{name: api, provider: openai, base_url: 'http://x'}]", []string{`.name: "api" is reserved`}},
 		{"duplicate name", "connections: [{name: a, provider: openai, base_url: 'http://x'}, {name: a, provider: openai, base_url: 'http://y'}]", []string{"same name as connections[0]"}},
