@@ -808,6 +808,15 @@ func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]b
 		c.drop(t.key)
 		return
 	}
+	if !t.ownThread {
+		// A thread the client did not name was made for this request:
+		// most such clients send every request without a thread id, and
+		// never come back to it. Keeping it would only push out threads
+		// that are continued (and copy its messages for nothing); one
+		// that is continued by its returned X-Thread-Id is read from the
+		// store on that turn, and kept from then on.
+		return
+	}
 	infos := t.infos
 	_ = t.ad.WalkMessages(joinArray(replies), func(m adapters.Message) bool {
 		infos = append(infos, infoOf(t.ad, m))

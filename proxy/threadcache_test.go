@@ -352,3 +352,50 @@ func TestCachedThreadOutgrowsItsBuffer(t *testing.T) {
 		}
 	}
 }
+
+// A request that names no thread gets a thread of its own, which the
+// cache does not keep: a client that never sends X-Thread-Id would fill
+// it with threads nobody continues. Continuing the thread by the id the
+// answer returned reads it from the store once, and keeps it from then.
+func TestThreadCacheSkipsUnnamedThreads(t *testing.T) {
+	m := startMock(t)
+	p := startProxyWith(t, m, persistConfig, openEmbedded(t, t.TempDir()))
+	url := p.URL + "/openai/v1/chat/completions"
+	first := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	kept := func() int {
+		p.threads.mu.Lock()
+		defer p.threads.mu.Unlock()
+		return len(p.threads.byKey)
+	}
+	var thread string
+	for i := 0; i < 3; i++ {
+		resp, out := do(t, "POST", url, first, "Authorization", "Bearer k9", "X-Mock-Scenario", "text")
+		if resp.StatusCode != 200 {
+			t.Fatalf("unnamed turn %d: %d %s", i, resp.StatusCode, out)
+		}
+		thread = resp.Header.Get("X-Thread-Id")
+		if n := kept(); n != 0 {
+			t.Fatalf("unnamed turn %d: the cache keeps %d threads", i, n)
+		}
+		if i == 2 {
+			reply := gjson.GetBytes(out, "choices.0.message").Raw
+			first, _ = sjson.SetRaw(first, "messages.-1", reply)
+			first, _ = sjson.SetRaw(first, "messages.-1", `{"role":"user","content":"and then?"}`)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		resp, out := do(t, "POST", url, first, "Authorization", "Bearer k9", "X-Mock-Scenario", "text", "X-Thread-Id", thread)
+		if resp.StatusCode != 200 {
+			t.Fatalf("named turn %d: %d %s", i, resp.StatusCode, out)
+		}
+	}
+	// The first named turn read the thread from the store (a miss) and
+	// kept it; the second found it kept.
+	if h, ms, n := p.threads.hits.Load(), p.threads.misses.Load(), kept(); h != 1 || ms != 1 || n != 1 {
+		t.Fatalf("%d hits, %d misses, %d kept; want 1, 1, 1", h, ms, n)
+	}
+	// hi, the reply, and then?, and the (regenerated) reply.
+	if n := len(apiThread(t, p, "k9", thread).Get("messages").Array()); n != 4 {
+		t.Fatalf("the continued thread holds %d messages, want 4", n)
+	}
+}
