@@ -102,6 +102,9 @@ type exchange struct {
 	upAt     int
 	// spliced is the upstream request's body stream when upInsert is set.
 	spliced splicedBody
+	// boosted: the exchange holds the server's procBoost (a large body)
+	// until release.
+	boosted bool
 }
 
 // upBodyPool recycles the buffers upstream bodies are built in (the
@@ -164,6 +167,10 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse(), clientConn: ctx.Conn()}
 	ex.op = shape.Classify(string(ctx.Method()), string(rest), string(ctx.URI().QueryString()), ctx.PostBody())
 	body := ctx.PostBody()
+	if s.procs != nil && len(body) >= largeRequestBytes {
+		s.procs.enter()
+		ex.boosted = true
+	}
 	adm, ok := s.admit(ctx, ex)
 	if !ok {
 		ex.release()
@@ -442,6 +449,10 @@ func (ex *exchange) copyResponseHead(ctx *fasthttp.RequestCtx) {
 }
 
 func (ex *exchange) release() {
+	if ex.boosted {
+		ex.boosted = false
+		ex.s.procs.exit()
+	}
 	if ex.req != nil {
 		fasthttp.ReleaseRequest(ex.req)
 		ex.req = nil

@@ -80,6 +80,12 @@ func startProxy(t testing.TB, m *mock.Server, yamlCfg string) *testProxy {
 // startProxyWith is startProxy with a store.
 func startProxyWith(t testing.TB, m *mock.Server, yamlCfg string, st store.Store) *testProxy {
 	t.Helper()
+	return startProxyOpts(t, m, yamlCfg, Options{Store: st})
+}
+
+// startProxyOpts is startProxy with options (the logger is the test's).
+func startProxyOpts(t testing.TB, m *mock.Server, yamlCfg string, opts Options) *testProxy {
+	t.Helper()
 	env := func(k string) (string, bool) {
 		if k == "MOCK" && m != nil {
 			return m.URL(), true
@@ -91,7 +97,8 @@ func startProxyWith(t testing.TB, m *mock.Server, yamlCfg string, st store.Store
 		t.Fatalf("config: %v", err)
 	}
 	logBuf := &syncBuffer{}
-	srv, err := New(cfg, Options{Store: st, Logger: slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	opts.Logger = slog.New(slog.NewTextHandler(logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

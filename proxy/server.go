@@ -44,6 +44,10 @@ type Options struct {
 	// ReplicaID names this process in run records and leases; empty means
 	// a random one.
 	ReplicaID string
+	// LargeRequestProcs, when above the GOMAXPROCS the server starts with,
+	// is the GOMAXPROCS while a request of largeRequestBytes or more is in
+	// flight (see procBoost); 0 leaves GOMAXPROCS alone.
+	LargeRequestProcs int
 }
 
 // Server is a running chronicle proxy.
@@ -55,6 +59,9 @@ type Server struct {
 	// threads keeps the transcripts this replica last read or wrote (nil:
 	// off).
 	threads *threadCache
+	// procs raises GOMAXPROCS while a large request is in flight (nil:
+	// never).
+	procs *procBoost
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
 	metrics      *serverMetrics
@@ -182,6 +189,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		gates:        opts.Gates,
 		rates:        opts.Rates,
 		conns:        make(map[string]*upstream, len(cfg.Connections)),
+		procs:        newProcBoost(opts.LargeRequestProcs),
 	}
 	if opts.Store != nil {
 		s.store = meteredStore{Store: opts.Store, m: s.metrics}

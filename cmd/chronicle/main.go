@@ -75,10 +75,10 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
-	setProcs(cfg.Procs, log)
+	procs := setProcs(cfg.Procs, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := runServer(ctx, cfg, log); err != nil {
+	if err := runServer(ctx, cfg, log, procs); err != nil {
 		log.Error("chronicle stopped", "err", err)
 		return 1
 	}
@@ -87,7 +87,7 @@ func serve(args []string, stderr io.Writer) int {
 
 // runServer runs the proxy until ctx ends, then drains: it stops accepting
 // and lets streams in flight finish for up to limits.shutdown_timeout.
-func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs procsChoice) error {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	st, err := proxy.OpenStore(octx, cfg)
 	cancel()
@@ -100,7 +100,11 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 		return err
 	}
 	defer closeLimits()
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log, Store: st, Gates: gates, Rates: rates})
+	opts := proxy.Options{Logger: log, Store: st, Gates: gates, Rates: rates}
+	if procs.boost > procs.base {
+		opts.LargeRequestProcs = procs.boost
+	}
+	srv, err := proxy.New(cfg, opts)
 	if err != nil {
 		return err
 	}

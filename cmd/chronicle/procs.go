@@ -6,40 +6,52 @@ import (
 	"runtime"
 )
 
-// pickProcs returns the GOMAXPROCS chronicle runs with and why, from the
-// configured procs (0: pick), Go's current choice, the CPUs the process may
-// run on (its affinity mask) and whether $GOMAXPROCS is set.
+// procsChoice is how many Ps chronicle runs with: base always, and boost
+// (when above base) while a large request is in flight.
+type procsChoice struct {
+	base, boost int
+	why         string
+}
+
+// pickProcs chooses GOMAXPROCS from the configured procs (0: pick), Go's
+// current choice, the CPUs the process may run on (its affinity mask) and
+// whether $GOMAXPROCS is set.
 //
-// The one change to Go's choice: a process allowed on a single CPU gets two
-// Ps. With one P the scheduler polls the network only when it runs out of
-// goroutines or when sysmon does (after 10 ms), and Gosched does not poll
-// it. A request that is busy for milliseconds on a large body (validation,
-// hashing, copies: about 30 ms for 10 MB) then holds back every other
-// connection's bytes for up to that long per wake-up. With a second P the
-// woken network poller runs on its own thread, which the kernel schedules
-// beside the busy one at once. A cgroup limit of one CPU on a larger
-// machine keeps one P: the runtime reads that limit, and a second thread
-// would be throttled rather than interleaved.
-func pickProcs(configured, current, cpus int, envSet bool) (int, string) {
+// The one change to Go's choice: a process allowed on a single CPU runs
+// with one P, and with two while a request with a large body is in flight
+// (proxy.Options.LargeRequestProcs). With one P the scheduler polls the
+// network only when it runs out of goroutines or when sysmon does (after
+// 10 ms), and Gosched does not poll it: a request busy for milliseconds
+// on a large body (validation, hashing, copies: tens of ms for 10 MB)
+// would hold back every other connection's bytes that long. With a
+// second P the woken network poller runs on its own thread, which the
+// kernel schedules beside the busy one at once. The second P is not kept
+// all the time because on one CPU it costs about a tenth more CPU per
+// small request (idle Ps' threads woken to spin, and put back to sleep).
+// A cgroup limit of one CPU on a larger machine keeps one P: the runtime
+// reads that limit, and a second thread would be throttled rather than
+// interleaved.
+func pickProcs(configured, current, cpus int, envSet bool) procsChoice {
 	switch {
 	case configured > 0:
-		return configured, "config procs"
+		return procsChoice{configured, configured, "config procs"}
 	case envSet:
-		return current, "$GOMAXPROCS"
+		return procsChoice{current, current, "$GOMAXPROCS"}
 	case current == 1 && cpus == 1:
-		return 2, "one CPU: a second P keeps a busy request from holding back other connections"
+		return procsChoice{1, 2, "one CPU: a second P while a large request is in flight, so it does not hold back other connections"}
 	default:
-		return current, "Go's default"
+		return procsChoice{current, current, "Go's default"}
 	}
 }
 
-// setProcs applies pickProcs to this process.
-func setProcs(configured int, log *slog.Logger) {
+// setProcs applies pickProcs to this process and returns the choice.
+func setProcs(configured int, log *slog.Logger) procsChoice {
 	_, envSet := os.LookupEnv("GOMAXPROCS")
 	current := runtime.GOMAXPROCS(0)
-	n, why := pickProcs(configured, current, runtime.NumCPU(), envSet)
-	if n != current {
-		runtime.GOMAXPROCS(n)
+	c := pickProcs(configured, current, runtime.NumCPU(), envSet)
+	if c.base != current {
+		runtime.GOMAXPROCS(c.base)
 	}
-	log.Info("scheduler", "procs", n, "cpus", runtime.NumCPU(), "reason", why)
+	log.Info("scheduler", "procs", c.base, "procs_large", c.boost, "cpus", runtime.NumCPU(), "reason", c.why)
+	return c
 }

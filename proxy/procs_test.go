@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestLargeRequestProcs: with LargeRequestProcs, GOMAXPROCS is raised
+// while a request of 1 MiB or more is in flight, and only then: the
+// upstream (in this process) sees 2 Ps for large requests, 1 for small
+// ones, and 1 is back once the large ones are answered, also when two
+// overlap or the upstream fails.
+func TestLargeRequestProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var mu sync.Mutex
+	seen := map[string]int{}
+	hold := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := make(chan struct{}, 4)
+	up := &fasthttp.Server{MaxRequestBodySize: 8 << 20, Handler: func(ctx *fasthttp.RequestCtx) {
+		name := string(ctx.Request.Header.Peek("X-Name"))
+		mu.Lock()
+		seen[name] = runtime.GOMAXPROCS(0)
+		mu.Unlock()
+		if strings.HasPrefix(name, "held") {
+			arrived <- struct{}{}
+			<-hold
+		}
+		if name == "fails" {
+			ctx.SetStatusCode(500)
+			return
+		}
+		ctx.SetContentType("application/json")
+		ctx.SetBodyString(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	}}
+	go up.Serve(ln)
+	t.Cleanup(func() { up.Shutdown() })
+	p := startProxyOpts(t, nil, `
+limits: {max_body_bytes: 8388608}
+connections:
+  - {name: a, provider: openai, base_url: "http://`+ln.Addr().String()+`", persist: false}
+`, Options{LargeRequestProcs: 2})
+	large := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`
+	send := func(name, body string) int {
+		resp, _ := do(t, "POST", p.URL+"/a/v1/chat/completions", body, "Authorization", "Bearer k", "X-Name", name)
+		return resp.StatusCode
+	}
+	send("small", chatBody)
+	send("large", large)
+	send("fails", large)
+	after := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	for _, n := range []string{"held-1", "held-2"} {
+		wg.Go(func() { send(n, large) })
+	}
+	<-arrived
+	<-arrived
+	close(hold)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"small": 1, "large": 2, "fails": 2, "held-1": 2, "held-2": 2}
+	for n, w := range want {
+		if seen[n] != w {
+			t.Errorf("%s: the upstream saw GOMAXPROCS %d, want %d", n, seen[n], w)
+		}
+	}
+	if after != 1 || runtime.GOMAXPROCS(0) != 1 {
+		t.Errorf("GOMAXPROCS after the large requests: %d, then %d; want 1", after, runtime.GOMAXPROCS(0))
+	}
+}
