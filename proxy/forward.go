@@ -219,11 +219,13 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 				ex.turn.events = newEventLog(ex.turn)
 			}
 		}
+		ex.unboost() // relaying a stream is light, and may last minutes
 		setBodyStreamWriter(ctx, ex.relaySSE)
 	case ex.resp.Header.ContentLength() < 0:
 		if ex.op.Kind == adapters.OpGenerate && ok && ex.op.Framing == adapters.FramingJSONArray {
 			ex.asm = ex.ad.NewAssembler()
 		}
+		ex.unboost()
 		setBodyStreamWriter(ctx, ex.relayChunks)
 	default:
 		body := ex.resp.Body()
@@ -449,10 +451,7 @@ func (ex *exchange) copyResponseHead(ctx *fasthttp.RequestCtx) {
 }
 
 func (ex *exchange) release() {
-	if ex.boosted {
-		ex.boosted = false
-		ex.s.procs.exit()
-	}
+	ex.unboost()
 	if ex.req != nil {
 		fasthttp.ReleaseRequest(ex.req)
 		ex.req = nil
@@ -462,6 +461,16 @@ func (ex *exchange) release() {
 		_ = ex.resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(ex.resp)
 		ex.resp = nil
+	}
+}
+
+// unboost gives back the exchange's hold on the server's procBoost, if it
+// has one: once the large body has been read, checked and sent, and the
+// answer is a stream to relay, or at the exchange's end.
+func (ex *exchange) unboost() {
+	if ex.boosted {
+		ex.boosted = false
+		ex.s.procs.exit()
 	}
 }
 

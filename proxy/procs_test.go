@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"net"
 	"runtime"
 	"strings"
@@ -14,7 +15,8 @@ import (
 // while a request of 1 MiB or more is in flight, and only then: the
 // upstream (in this process) sees 2 Ps for large requests, 1 for small
 // ones, and 1 is back once the large ones are answered, also when two
-// overlap or the upstream fails.
+// overlap or the upstream fails. A large request whose answer streams
+// gives the second P back once the stream's head is in.
 func TestLargeRequestProcs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	var mu sync.Mutex
@@ -25,6 +27,7 @@ func TestLargeRequestProcs(t *testing.T) {
 		t.Fatal(err)
 	}
 	arrived := make(chan struct{}, 4)
+	streamOn := make(chan struct{})
 	up := &fasthttp.Server{MaxRequestBodySize: 8 << 20, Handler: func(ctx *fasthttp.RequestCtx) {
 		name := string(ctx.Request.Header.Peek("X-Name"))
 		mu.Lock()
@@ -38,6 +41,16 @@ func TestLargeRequestProcs(t *testing.T) {
 			ctx.SetStatusCode(500)
 			return
 		}
+		if name == "stream" {
+			ctx.SetContentType("text/event-stream")
+			ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+				w.WriteString("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+				w.Flush()
+				<-streamOn
+				w.WriteString("data: [DONE]\n\n")
+			})
+			return
+		}
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
 	}}
@@ -49,17 +62,17 @@ connections:
   - {name: a, provider: openai, base_url: "http://`+ln.Addr().String()+`", persist: false}
 `, Options{LargeRequestProcs: 2})
 	large := `{"model":"gpt-4o","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`
-	send := func(name, body string) int {
+	post := func(name, body string) int {
 		resp, _ := do(t, "POST", p.URL+"/a/v1/chat/completions", body, "Authorization", "Bearer k", "X-Name", name)
 		return resp.StatusCode
 	}
-	send("small", chatBody)
-	send("large", large)
-	send("fails", large)
+	post("small", chatBody)
+	post("large", large)
+	post("fails", large)
 	after := runtime.GOMAXPROCS(0)
 	var wg sync.WaitGroup
 	for _, n := range []string{"held-1", "held-2"} {
-		wg.Go(func() { send(n, large) })
+		wg.Go(func() { post(n, large) })
 	}
 	<-arrived
 	<-arrived
@@ -75,5 +88,16 @@ connections:
 	}
 	if after != 1 || runtime.GOMAXPROCS(0) != 1 {
 		t.Errorf("GOMAXPROCS after the large requests: %d, then %d; want 1", after, runtime.GOMAXPROCS(0))
+	}
+	mu.Unlock()
+
+	resp := send(t, "POST", p.URL+"/a/v1/chat/completions", large, "Authorization", "Bearer k", "X-Name", "stream")
+	defer resp.Body.Close()
+	first := readEvent(t, bufio.NewReader(resp.Body))
+	during := runtime.GOMAXPROCS(0)
+	close(streamOn)
+	mu.Lock()
+	if !strings.Contains(first, `"a"`) || seen["stream"] != 2 || during != 1 {
+		t.Errorf("stream: first event %q; the upstream saw %d Ps, the relay ran with %d; want 2 and 1", first, seen["stream"], during)
 	}
 }
