@@ -325,10 +325,18 @@ func sizeOf(info []msgInfo) (n int64) {
 	return n
 }
 
-// infoOf parses what compose reads of one message.
+// infoOf parses what compose reads of one message. A message that neither
+// answers a tool call nor gives repair anything to read (most of a chat)
+// gets no detail: one heap object less per kept message, for the thread
+// cache's memory and for every GC's mark.
 func infoOf(ad adapters.Adapter, m adapters.Message) msgInfo {
-	d := &msgDetail{skim: skimOf(ad.Format())(m.Raw)}
-	in := msgInfo{calls: len(m.Calls) > 0, detail: d}
+	skim := skimOf(ad.Format())(m.Raw)
+	in := msgInfo{calls: len(m.Calls) > 0}
+	if len(m.Results) == 0 && skim.Plain() {
+		return in
+	}
+	d := &msgDetail{skim: skim}
+	in.detail = d
 	for _, r := range m.Results {
 		d.results = append(d.results, strings.Clone(r.CallID))
 	}

@@ -399,3 +399,17 @@ func TestThreadCacheSkipsUnnamedThreads(t *testing.T) {
 		t.Fatalf("the continued thread holds %d messages, want 4", n)
 	}
 }
+
+// A plain message is kept without a detail object; a tool result keeps
+// the call id it answers.
+func TestInfoOfPlainMessages(t *testing.T) {
+	ad := openAIAdapter
+	var infos []msgInfo
+	_ = ad.WalkMessages([]byte(`[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"c1","content":"42"}]`), func(m adapters.Message) bool {
+		infos = append(infos, infoOf(ad, m))
+		return true
+	})
+	if len(infos) != 2 || infos[0].detail != nil || !infos[0].skim().Plain() || infos[1].detail == nil || len(infos[1].results()) != 1 || infos[1].results()[0] != "c1" {
+		t.Fatalf("infos: %+v", infos)
+	}
+}

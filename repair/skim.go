@@ -39,6 +39,14 @@ type skimPart struct {
 	hasID    bool
 }
 
+// Plain reports whether the skim is the zero Skim: a message repair needs
+// nothing from (an OpenAI or Responses message that neither calls nor
+// answers a tool, and is not an empty assistant message or a reasoning
+// item).
+func (s Skim) Plain() bool {
+	return s.kind == skimOther && s.ids == nil && s.parts == nil && !s.model && !s.empty
+}
+
 // HasCalls reports whether the message makes tool calls.
 func (s Skim) HasCalls() bool {
 	if s.kind == skimGemini {

@@ -110,3 +110,26 @@ func TestSkimOwnsItsIDs(t *testing.T) {
 		t.Fatalf("skim after the message was overwritten: %+v", s)
 	}
 }
+
+// Plain is true exactly for the messages repair reads nothing from.
+func TestSkimPlain(t *testing.T) {
+	for _, c := range []struct {
+		skim func([]byte) Skim
+		msg  string
+		want bool
+	}{
+		{SkimOpenAIChat, `{"role":"user","content":"hi"}`, true},
+		{SkimOpenAIChat, `{"role":"assistant","content":"hello"}`, true},
+		{SkimOpenAIChat, `{"role":"system","content":"be brief"}`, true},
+		{SkimOpenAIChat, `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`, false},
+		{SkimOpenAIChat, `{"role":"tool","tool_call_id":"c1","content":"42"}`, false},
+		{SkimOpenAIChat, `{"role":"assistant","content":""}`, false},
+		{SkimResponses, `{"type":"message","role":"user","content":"hi"}`, true},
+		{SkimResponses, `{"type":"function_call_output","call_id":"c1","output":"42"}`, false},
+		{SkimGemini, `{"role":"user","parts":[{"text":"hi"}]}`, false},
+	} {
+		if got := c.skim([]byte(c.msg)).Plain(); got != c.want {
+			t.Errorf("Plain(%s) = %v, want %v", c.msg, got, c.want)
+		}
+	}
+}
