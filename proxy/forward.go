@@ -102,9 +102,9 @@ type exchange struct {
 	upAt     int
 	// spliced is the upstream request's body stream when upInsert is set.
 	spliced splicedBody
-	// boosted: the exchange holds the server's procBoost (a large body)
-	// until release.
-	boosted bool
+	// hold is the exchange's count in the server's procBoost for a large
+	// chunked body, until unboost (see Server.handle for the others).
+	hold *boostHold
 }
 
 // upBodyPool recycles the buffers upstream bodies are built in (the
@@ -167,9 +167,10 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse(), clientConn: ctx.Conn()}
 	ex.op = shape.Classify(string(ctx.Method()), string(rest), string(ctx.URI().QueryString()), ctx.PostBody())
 	body := ctx.PostBody()
-	if s.procs != nil && len(body) >= largeRequestBytes {
-		s.procs.enter()
-		ex.boosted = true
+	if s.procs != nil && ctx.Request.Header.ContentLength() < 0 && len(body) >= largeRequestBytes {
+		// A large chunked body, which headerReceived could not see
+		// coming: the second P for the rest of the exchange.
+		ex.hold = s.procs.hold(time.Hour)
 	}
 	adm, ok := s.admit(ctx, ex)
 	if !ok {
@@ -468,10 +469,8 @@ func (ex *exchange) release() {
 // has one: once the large body has been read, checked and sent, and the
 // answer is a stream to relay, or at the exchange's end.
 func (ex *exchange) unboost() {
-	if ex.boosted {
-		ex.boosted = false
-		ex.s.procs.exit()
-	}
+	ex.hold.release()
+	ex.hold = nil
 }
 
 // isTimeout reports whether an upstream round trip ran out of time.

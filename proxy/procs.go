@@ -3,6 +3,10 @@ package proxy
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // largeRequestBytes is the body size from which a request counts as large
@@ -37,6 +41,52 @@ func newProcBoost(boost int) *procBoost {
 		return nil
 	}
 	return &procBoost{base: base, boost: boost}
+}
+
+// hold counts a large request in until the returned hold is released, or
+// until d has passed, whichever comes first: a request whose body never
+// arrives (the client left mid-body) reaches no handler to release it.
+func (b *procBoost) hold(d time.Duration) *boostHold {
+	b.enter()
+	h := &boostHold{b: b}
+	h.timer = time.AfterFunc(d, h.release)
+	return h
+}
+
+// boostHold is one large request's count in a procBoost.
+type boostHold struct {
+	b     *procBoost
+	timer *time.Timer
+	done  atomic.Bool
+}
+
+// release counts the request out, once.
+func (h *boostHold) release() {
+	if h != nil && h.done.CompareAndSwap(false, true) {
+		h.timer.Stop()
+		h.b.exit()
+	}
+}
+
+// headerReceived is the server's fasthttp HeaderReceived hook: a request
+// that announces a large body gets its hold before the body is read, since
+// reading 10 MB that arrive as fast as the socket gives them keeps the
+// goroutine busy for tens of ms without parking. Server.handle takes the
+// hold (takeHold) and releases it when it returns; the parse-error
+// handler releases the hold of a request that failed before it.
+func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if s.procs != nil && h.ContentLength() >= largeRequestBytes {
+		s.pendingHolds.Store(h, s.procs.hold(s.cfg.Limits.ReadTimeout.D()+time.Second))
+	}
+	return fasthttp.RequestConfig{}
+}
+
+// takeHold returns the hold headerReceived took for this request, if any.
+func (s *Server) takeHold(ctx *fasthttp.RequestCtx) *boostHold {
+	if v, ok := s.pendingHolds.LoadAndDelete(&ctx.Request.Header); ok {
+		return v.(*boostHold)
+	}
+	return nil
 }
 
 // enter counts a large request in; every enter is paired with one exit.

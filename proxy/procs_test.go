@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -57,7 +59,7 @@ func TestLargeRequestProcs(t *testing.T) {
 	go up.Serve(ln)
 	t.Cleanup(func() { up.Shutdown() })
 	p := startProxyOpts(t, nil, `
-limits: {max_body_bytes: 8388608}
+limits: {max_body_bytes: 8388608, read_timeout: 1s}
 connections:
   - {name: a, provider: openai, base_url: "http://`+ln.Addr().String()+`", persist: false}
 `, Options{LargeRequestProcs: 2})
@@ -79,17 +81,16 @@ connections:
 	close(hold)
 	wg.Wait()
 	mu.Lock()
-	defer mu.Unlock()
 	want := map[string]int{"small": 1, "large": 2, "fails": 2, "held-1": 2, "held-2": 2}
 	for n, w := range want {
 		if seen[n] != w {
 			t.Errorf("%s: the upstream saw GOMAXPROCS %d, want %d", n, seen[n], w)
 		}
 	}
+	mu.Unlock()
 	if after != 1 || runtime.GOMAXPROCS(0) != 1 {
 		t.Errorf("GOMAXPROCS after the large requests: %d, then %d; want 1", after, runtime.GOMAXPROCS(0))
 	}
-	mu.Unlock()
 
 	resp := send(t, "POST", p.URL+"/a/v1/chat/completions", large, "Authorization", "Bearer k", "X-Name", "stream")
 	defer resp.Body.Close()
@@ -97,7 +98,44 @@ connections:
 	during := runtime.GOMAXPROCS(0)
 	close(streamOn)
 	mu.Lock()
-	if !strings.Contains(first, `"a"`) || seen["stream"] != 2 || during != 1 {
-		t.Errorf("stream: first event %q; the upstream saw %d Ps, the relay ran with %d; want 2 and 1", first, seen["stream"], during)
+	streamSaw := seen["stream"]
+	mu.Unlock()
+	if !strings.Contains(first, `"a"`) || streamSaw != 2 || during != 1 {
+		t.Errorf("stream: first event %q; the upstream saw %d Ps, the relay ran with %d; want 2 and 1", first, streamSaw, during)
+	}
+
+	// A body over max_body_bytes is refused from its headers, before any
+	// handler: the hold they took goes with the refusal.
+	c, err := net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /a/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Length: %d\r\n\r\n", 9<<20)
+	status, err := bufio.NewReader(c).ReadString('\n')
+	c.Close()
+	if err != nil || !strings.Contains(status, "413") || runtime.GOMAXPROCS(0) != 1 {
+		t.Errorf("too large: %q (%v) with GOMAXPROCS %d; want 413 with 1", status, err, runtime.GOMAXPROCS(0))
+	}
+
+	// A client that announces a large body and leaves halfway reaches no
+	// handler: its hold ends at read_timeout (1s) plus a second.
+	c, err = net.Dial("tcp", strings.TrimPrefix(p.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /a/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Length: %d\r\n\r\n{\"model\":", 2<<20)
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.GOMAXPROCS(0) != 2 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if runtime.GOMAXPROCS(0) != 2 {
+		t.Fatal("a large body's headers did not raise GOMAXPROCS")
+	}
+	c.Close()
+	for runtime.GOMAXPROCS(0) != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if runtime.GOMAXPROCS(0) != 1 {
+		t.Error("an abandoned large body kept the second P")
 	}
 }

@@ -60,8 +60,10 @@ type Server struct {
 	// off).
 	threads *threadCache
 	// procs raises GOMAXPROCS while a large request is in flight (nil:
-	// never).
-	procs *procBoost
+	// never); pendingHolds are the holds headerReceived took, by request
+	// header, until the handler takes them.
+	procs        *procBoost
+	pendingHolds sync.Map
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
 	metrics      *serverMetrics
@@ -224,6 +226,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s.srv = &fasthttp.Server{
 		Handler:               s.handle,
 		ErrorHandler:          s.handleParseError,
+		HeaderReceived:        s.headerReceived,
 		Name:                  "chronicle",
 		MaxRequestBodySize:    l.MaxBodyBytes,
 		ReadBufferSize:        l.MaxHeaderBytes,
@@ -314,6 +317,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // handle routes one request by its first path segment.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	// A request that announced a large body has held the second P
+	// (procBoost) since its headers (headerReceived): until its handler
+	// returns, which for a streamed answer is when the relay starts.
+	defer s.takeHold(ctx).release()
 	start := time.Now()
 	first, rest := splitFirstSegment(ctx.URI().PathOriginal())
 	switch string(first) {
@@ -409,6 +416,7 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 // handleParseError answers requests fasthttp could not read: too large a
 // body or header block, a read timeout, malformed HTTP.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
+	s.takeHold(ctx).release()
 	var shape adapters.Adapter = openAIAdapter
 	if first, rest := splitFirstSegment(ctx.URI().PathOriginal()); len(first) > 0 {
 		if up := s.conns[string(first)]; up != nil {
