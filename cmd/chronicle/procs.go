@@ -18,8 +18,10 @@ type procsChoice struct {
 // whether $GOMAXPROCS is set.
 //
 // The one change to Go's choice: a process allowed on a single CPU runs
-// with one P, and with two while a request with a large body is in flight
-// (proxy.Options.LargeRequestProcs). With one P the scheduler polls the
+// with one P, and with three while a request with a large body is in
+// flight (proxy.Options.LargeRequestProcs). Three, not two: during a GC
+// mark phase the fractional mark worker holds one P and the large
+// request another, and the small requests need a third. With one P the scheduler polls the
 // network only when it runs out of goroutines or when sysmon does (after
 // 10 ms), and Gosched does not poll it: a request busy for milliseconds
 // on a large body (validation, hashing, copies: tens of ms for 10 MB)
@@ -38,7 +40,7 @@ func pickProcs(configured, current, cpus int, envSet bool) procsChoice {
 	case envSet:
 		return procsChoice{current, current, "$GOMAXPROCS"}
 	case current == 1 && cpus == 1:
-		return procsChoice{1, 2, "one CPU: a second P while a large request is in flight, so it does not hold back other connections"}
+		return procsChoice{1, 3, "one CPU: more Ps while a large request is in flight, so it does not hold back other connections"}
 	default:
 		return procsChoice{current, current, "Go's default"}
 	}

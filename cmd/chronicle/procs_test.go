@@ -10,7 +10,7 @@ func TestPickProcs(t *testing.T) {
 		base, boost              int
 	}{
 		{"default on many CPUs", 0, 8, 8, false, 8, 8},
-		{"pinned to one CPU", 0, 1, 1, false, 1, 2},
+		{"pinned to one CPU", 0, 1, 1, false, 1, 3},
 		{"cgroup limit of one CPU", 0, 1, 4, false, 1, 1},
 		{"GOMAXPROCS=1 set by the user", 0, 1, 1, true, 1, 1},
 		{"configured", 3, 1, 1, false, 3, 3},
