@@ -102,9 +102,6 @@ type exchange struct {
 	upAt     int
 	// spliced is the upstream request's body stream when upInsert is set.
 	spliced splicedBody
-	// hold is the exchange's count in the server's procBoost for a large
-	// chunked body, until unboost (see Server.handle for the others).
-	hold *boostHold
 }
 
 // upBodyPool recycles the buffers upstream bodies are built in (the
@@ -169,8 +166,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	body := ctx.PostBody()
 	if s.procs != nil && ctx.Request.Header.ContentLength() < 0 && len(body) >= largeRequestBytes {
 		// A large chunked body, which headerReceived could not see
-		// coming: the second P for the rest of the exchange.
-		ex.hold = s.procs.hold(time.Hour)
+		// coming: the hold starts now, and ends with handle as the others.
+		s.holdLarge(&ctx.Request.Header)
 	}
 	adm, ok := s.admit(ctx, ex)
 	if !ok {
@@ -220,13 +217,11 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 				ex.turn.events = newEventLog(ex.turn)
 			}
 		}
-		ex.unboost() // relaying a stream is light, and may last minutes
 		setBodyStreamWriter(ctx, ex.relaySSE)
 	case ex.resp.Header.ContentLength() < 0:
 		if ex.op.Kind == adapters.OpGenerate && ok && ex.op.Framing == adapters.FramingJSONArray {
 			ex.asm = ex.ad.NewAssembler()
 		}
-		ex.unboost()
 		setBodyStreamWriter(ctx, ex.relayChunks)
 	default:
 		body := ex.resp.Body()
@@ -452,7 +447,6 @@ func (ex *exchange) copyResponseHead(ctx *fasthttp.RequestCtx) {
 }
 
 func (ex *exchange) release() {
-	ex.unboost()
 	if ex.req != nil {
 		fasthttp.ReleaseRequest(ex.req)
 		ex.req = nil
@@ -463,14 +457,6 @@ func (ex *exchange) release() {
 		fasthttp.ReleaseResponse(ex.resp)
 		ex.resp = nil
 	}
-}
-
-// unboost gives back the exchange's hold on the server's procBoost, if it
-// has one: once the large body has been read, checked and sent, and the
-// answer is a stream to relay, or at the exchange's end.
-func (ex *exchange) unboost() {
-	ex.hold.release()
-	ex.hold = nil
 }
 
 // isTimeout reports whether an upstream round trip ran out of time.

@@ -19,8 +19,8 @@ const largeRequestBytes = 1 << 20
 // on one CPU (cmd/chronicle pickProcs): one P is cheapest for small
 // requests, but with one P a request busy for milliseconds on a large
 // body holds back every other connection's bytes (Go polls the network
-// only between goroutines, or from sysmon after 10 ms). With a second P,
-// that P's thread waits in the network poller and the kernel runs it
+// only between goroutines, or from sysmon after 10 ms). With more Ps, an
+// idle P's thread waits in the network poller and the kernel runs it
 // beside the busy one as soon as other connections' bytes arrive.
 //
 // runtime.GOMAXPROCS stops the world for some microseconds; it is called
@@ -71,14 +71,21 @@ func (h *boostHold) release() {
 // headerReceived is the server's fasthttp HeaderReceived hook: a request
 // that announces a large body gets its hold before the body is read, since
 // reading 10 MB that arrive as fast as the socket gives them keeps the
-// goroutine busy for tens of ms without parking. Server.handle takes the
-// hold (takeHold) and releases it when it returns; the parse-error
-// handler releases the hold of a request that failed before it.
+// goroutine busy for tens of ms without parking. The parse-error handler
+// releases the hold of a request that failed before any handler.
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
 	if s.procs != nil && h.ContentLength() >= largeRequestBytes {
-		s.pendingHolds.Store(h, s.procs.hold(s.cfg.Limits.ReadTimeout.D()+time.Second))
+		s.holdLarge(h)
 	}
 	return fasthttp.RequestConfig{}
+}
+
+// holdLarge takes a procBoost hold for the request with header h, for
+// Server.handle to release when it returns (a streamed answer's handler
+// returns when the relay starts: relaying is light and may last minutes).
+// The timer ends a hold that no handler takes.
+func (s *Server) holdLarge(h *fasthttp.RequestHeader) {
+	s.pendingHolds.Store(h, s.procs.hold(s.cfg.Limits.ReadTimeout.D()+time.Second))
 }
 
 // takeHold returns the hold headerReceived took for this request, if any.

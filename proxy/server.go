@@ -317,10 +317,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // handle routes one request by its first path segment.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	// A request that announced a large body has held the second P
-	// (procBoost) since its headers (headerReceived): until its handler
-	// returns, which for a streamed answer is when the relay starts.
-	defer s.takeHold(ctx).release()
+	// A request with a large body holds more Ps (procBoost) from its
+	// headers (headerReceived) until its handler returns, which for a
+	// streamed answer is when the relay starts.
+	defer func() { s.takeHold(ctx).release() }()
 	start := time.Now()
 	first, rest := splitFirstSegment(ctx.URI().PathOriginal())
 	switch string(first) {

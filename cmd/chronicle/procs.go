@@ -19,20 +19,19 @@ type procsChoice struct {
 //
 // The one change to Go's choice: a process allowed on a single CPU runs
 // with one P, and with three while a request with a large body is in
-// flight (proxy.Options.LargeRequestProcs). Three, not two: during a GC
-// mark phase the fractional mark worker holds one P and the large
-// request another, and the small requests need a third. With one P the scheduler polls the
-// network only when it runs out of goroutines or when sysmon does (after
-// 10 ms), and Gosched does not poll it: a request busy for milliseconds
-// on a large body (validation, hashing, copies: tens of ms for 10 MB)
-// would hold back every other connection's bytes that long. With a
-// second P the woken network poller runs on its own thread, which the
-// kernel schedules beside the busy one at once. The second P is not kept
-// all the time because on one CPU it costs about a tenth more CPU per
-// small request (idle Ps' threads woken to spin, and put back to sleep).
-// A cgroup limit of one CPU on a larger machine keeps one P: the runtime
-// reads that limit, and a second thread would be throttled rather than
-// interleaved.
+// flight (proxy.Options.LargeRequestProcs). With one P the scheduler polls
+// the network only when it runs out of goroutines or when sysmon does
+// (after 10 ms), and Gosched does not poll it: a request busy for
+// milliseconds on a large body (validation, hashing, copies: tens of ms
+// for 10 MB) would hold back every other connection's bytes that long.
+// With more Ps an idle P's thread waits in the network poller, and the
+// kernel schedules it beside the busy one at once. Three, not two: during
+// a GC mark phase the fractional mark worker holds one P and the large
+// request another. The extra Ps are not kept all the time because on one
+// CPU they cost about a tenth more CPU per small request (idle Ps'
+// threads woken to spin, and put back to sleep). A cgroup limit of one
+// CPU on a larger machine keeps one P: the runtime reads that limit, and
+// more threads would be throttled rather than interleaved.
 func pickProcs(configured, current, cpus int, envSet bool) procsChoice {
 	switch {
 	case configured > 0:
