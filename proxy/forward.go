@@ -491,25 +491,13 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	cfg := ex.up.cfg
 	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
 	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex, dog: dog}
-	stopped, watcherDone := make(chan struct{}), make(chan struct{})
-	var cancelled <-chan struct{}
+	// The clocks and a cancel request close the upstream body, which ends
+	// the read in flight; no goroutine waits for them.
+	rc := newRelayControl(ex, nil)
+	rc.stopOn(dog.Context(), stopTimeout, func() bool { return dog.Fired() != "" })
 	if ex.turn != nil {
-		cancelled = ex.turn.cancelled
+		rc.stopOn(ex.turn.cancelCtx, stopCancelled, nil)
 	}
-	wasCancelled := false
-	go func() {
-		defer close(watcherDone)
-		select {
-		case <-dog.Context().Done():
-			if dog.Fired() != "" {
-				_ = ex.resp.CloseBodyStream() // interrupts the read in flight
-			}
-		case <-cancelled:
-			wasCancelled = true
-			_ = ex.resp.CloseBodyStream()
-		case <-stopped:
-		}
-	}()
 	var o outcome
 	o.status = ex.resp.StatusCode()
 	if ex.asm != nil {
@@ -530,13 +518,12 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 			o.errBody = tee.head
 		}
 	}
+	why := rc.finish()
 	dog.Stop()
-	close(stopped)
-	<-watcherDone
 	if r := dog.Fired(); r != "" {
 		o.reason = string(r)
 	}
-	if wasCancelled {
+	if why == stopCancelled {
 		o.aborted, o.reason = true, "cancelled"
 	}
 	if tee.clientGone && !ex.detach {
@@ -664,230 +651,146 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // ignore comments; a write that fails tells the proxy the client left.
 var heartbeat = []byte(": keep-alive\n\n")
 
-// upstreamEvent is one step of the reader goroutine: an event, or the error
-// that ended the stream.
-type upstreamEvent struct {
-	ev  *sse.Event
-	err error
-	// more: the next event is already buffered, so the relay may hold
-	// its flush for it (a burst goes out in one write; nothing waits).
-	more bool
-}
-
-// relaySSE forwards an event stream to the client event by event. A reader
-// goroutine pulls events from the upstream and hands each over unbuffered;
-// it reads the next one only after this loop has written (and flushed) the
-// last, so event buffers are reused and nothing piles up. Meanwhile the loop
-// sends heartbeats during silence, enforces the idle and total clocks, and
-// tees each forwarded event to the assembler and the run's event log.
+// relaySSE forwards an event stream to the client event by event, on
+// fasthttp's connection goroutine: it reads an event, writes (and flushes)
+// it, and only then reads the next, so event buffers are reused and nothing
+// piles up. The idle and total clocks, a cancel request and the heartbeats
+// sent during silence are timer callbacks (relayControl), so an open stream
+// holds one goroutine. Each forwarded event is teed to the assembler and
+// the run's event log.
 func (ex *exchange) relaySSE(w *bufio.Writer) {
 	defer ex.release()
 	cfg := ex.up.cfg
 	limits := ex.s.cfg.Limits
 	reader := sse.NewReader(ex.resp.BodyStream(), limits.MaxSSELineBytes)
 
-	events := make(chan upstreamEvent)
-	next := make(chan struct{})
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			ev, err := reader.Next()
-			select {
-			case events <- upstreamEvent{ev, err, err == nil && reader.Buffered()}:
-			case <-stop:
-				return
-			}
-			if err != nil {
-				return
-			}
-			select {
-			case <-next:
-			case <-stop:
-				return
-			}
-		}
-	}()
-	stopped := false
-	abort := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		close(stop)
-		_ = ex.resp.CloseBodyStream() // interrupts a read in flight
-		wg.Wait()
-	}
-	endReader := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-
 	o := outcome{status: ex.resp.StatusCode()}
 	var errHead []byte
-	var cancelled <-chan struct{}
-	if ex.turn != nil {
-		cancelled = ex.turn.cancelled
-	}
-	clientGone := false
 	firstWritten := false
 	detachNoted := false
 	snapshots := ex.turn != nil && ex.asm != nil && cfg.SnapshotStreaming
 	lastSnapshot := time.Now()
-	write := func(b []byte) {
-		if clientGone {
-			return
-		}
-		if _, err := w.Write(b); err != nil || ex.flush(w) != nil {
-			clientGone = true
-		}
+
+	// The stream's own clocks start now, with the gate slot held and the
+	// response head in (timeouts.first_byte bounded the wait for that).
+	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
+	defer dog.Stop()
+	rc := newRelayControl(ex, w)
+	rc.stopOn(dog.Context(), stopTimeout, func() bool { return dog.Fired() != "" })
+	if ex.turn != nil {
+		rc.stopOn(ex.turn.cancelCtx, stopCancelled, nil)
 	}
-	// writeBurst writes an event and flushes unless the next one is
-	// already here.
-	writeBurst := func(b []byte, more bool) {
-		if clientGone {
-			return
-		}
-		if _, err := w.Write(b); err != nil {
-			clientGone = true
-			return
-		}
-		if !more && ex.flush(w) != nil {
-			clientGone = true
-		}
-	}
+	rc.heartbeats(limits.Heartbeat.D())
+
 	// own writes one of chronicle's own error events: to the client, and to
 	// the event log, so a replay shows what the client saw.
 	own := func(ev []byte) {
 		if ex.turn != nil && ex.turn.events != nil && !ex.turnDone {
 			ex.turn.events.add(ev)
 		}
-		write(ev)
-	}
-	fail := func(e apiError) {
-		abort()
-		own(ex.ad.StreamErrorEvent(e.status, e.code, e.message))
-		o.reason = e.code
+		rc.write(ev, false)
 	}
 
-	lastEvent := time.Now()
-	hbEvery := limits.Heartbeat.D()
-	hb := time.NewTimer(hbEvery)
-	defer hb.Stop()
-	// The stream's own clocks start now, with the gate slot held and the
-	// response head in (timeouts.first_byte bounded the wait for that).
-	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
-	defer dog.Stop()
-
-loop:
 	for {
-		select {
-		case m := <-events:
-			if m.ev != nil {
-				lastEvent = time.Now()
-				dog.Touch()
-				if m.ev.Kind == sse.KindEvent {
-					ex.s.metrics.eventsTeed.Inc()
-				}
-				// Assemble first: stripping edits the event's bytes in place,
-				// and Data aliases them.
-				if ex.asm != nil && m.ev.Kind == sse.KindEvent && m.ev.HasData {
-					if err := ex.asm.Feed(m.ev.Data); err != nil {
-						ex.s.log.Debug("unreadable stream event", "connection", cfg.Name, "err", err)
-					}
-				}
-				raw := m.ev.Raw
-				drop := false
-				if ex.addedUsage && m.ev.Kind == sse.KindEvent {
-					raw, drop = ex.ad.StripAddedUsage(raw)
-				}
-				if o.status >= 300 && len(errHead) < 64<<10 {
-					errHead = append(errHead, raw...)
-				}
-				if !drop && ex.turn != nil && ex.turn.events != nil && m.ev.Kind == sse.KindEvent && !ex.turnDone {
-					ex.turn.events.add(raw)
-				}
-				if ex.turn != nil && !ex.turnDone && ex.asm != nil && ex.asm.Done() {
-					// The provider's last event: record the turn before the
-					// client sees it, so a client that sends its next turn
-					// as soon as it reads the end finds the thread free.
-					ex.endTurn(outcome{status: o.status, turn: ex.asm.Result()})
-				}
-				if !drop {
-					if !firstWritten && ex.turn != nil {
-						firstWritten = true
-						ex.turn.awaitPending()
-					}
-					writeBurst(raw, m.more && m.err == nil)
-				}
-				if clientGone && !ex.detach {
-					abort() // the client left: stop the upstream request
-					o.aborted, o.reason = true, "client_disconnected"
-					break loop
-				}
-				if clientGone && ex.turn != nil && !detachNoted {
-					detachNoted = true
-					now := time.Now()
-					ex.turn.offerPatch(func(p *store.RunPatch) { p.DetachedSince = now })
-				}
-				if snapshots && time.Since(lastSnapshot) >= cfg.SnapshotInterval.D() && !ex.turnDone {
-					lastSnapshot = time.Now()
-					text := []byte(adapters.MessageText(ex.ad.Format(), ex.asm.Result().Message))
-					ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
+		ev, err := reader.Next()
+		if ev != nil {
+			rc.touched()
+			dog.Touch()
+			if ev.Kind == sse.KindEvent {
+				ex.s.metrics.eventsTeed.Inc()
+			}
+			// Assemble first: stripping edits the event's bytes in place,
+			// and Data aliases them.
+			if ex.asm != nil && ev.Kind == sse.KindEvent && ev.HasData {
+				if err := ex.asm.Feed(ev.Data); err != nil {
+					ex.s.log.Debug("unreadable stream event", "connection", cfg.Name, "err", err)
 				}
 			}
-			if m.err != nil {
-				endReader()
-				if !errors.Is(m.err, io.EOF) {
-					ex.s.log.Warn("upstream stream failed", "connection", cfg.Name, "err", m.err)
-					own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
-						"The upstream stream broke off before its end."))
-					o.reason = codeStreamTruncated
-				} else if ex.asm != nil && !ex.asm.Result().Terminal {
-					// The upstream closed cleanly but without its end
-					// marker: the answer is cut short, and the client
-					// must not take it for a whole one.
-					ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", cfg.Name)
-					own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
-						"The upstream stream ended before its end marker; the answer is incomplete."))
-					o.reason = codeStreamTruncated
+			raw := ev.Raw
+			drop := false
+			if ex.addedUsage && ev.Kind == sse.KindEvent {
+				raw, drop = ex.ad.StripAddedUsage(raw)
+			}
+			if o.status >= 300 && len(errHead) < 64<<10 {
+				errHead = append(errHead, raw...)
+			}
+			if !drop && ex.turn != nil && ex.turn.events != nil && ev.Kind == sse.KindEvent && !ex.turnDone {
+				ex.turn.events.add(raw)
+			}
+			if ex.turn != nil && !ex.turnDone && ex.asm != nil && ex.asm.Done() {
+				// The provider's last event: record the turn before the
+				// client sees it, so a client that sends its next turn
+				// as soon as it reads the end finds the thread free.
+				ex.endTurn(outcome{status: o.status, turn: ex.asm.Result()})
+			}
+			clientGone := false
+			if !drop {
+				if !firstWritten && ex.turn != nil {
+					firstWritten = true
+					ex.turn.awaitPending()
 				}
-				break loop
+				// A burst goes out in one write: the flush waits when the
+				// next event is already buffered.
+				clientGone = rc.write(raw, err == nil && reader.Buffered())
 			}
-			next <- struct{}{}
-		case <-hb.C:
-			if wait := hbEvery - time.Since(lastEvent); wait > 0 {
-				hb.Reset(wait)
-				continue
-			}
-			write(heartbeat)
 			if clientGone && !ex.detach {
-				abort()
+				rc.stop(stopClientLeft) // the client left: stop the upstream request
 				o.aborted, o.reason = true, "client_disconnected"
-				break loop
+				break
 			}
-			hb.Reset(hbEvery)
-		case <-dog.Context().Done():
+			if clientGone && ex.turn != nil && !detachNoted {
+				detachNoted = true
+				now := time.Now()
+				ex.turn.offerPatch(func(p *store.RunPatch) { p.DetachedSince = now })
+			}
+			if snapshots && time.Since(lastSnapshot) >= cfg.SnapshotInterval.D() && !ex.turnDone {
+				lastSnapshot = time.Now()
+				text := []byte(adapters.MessageText(ex.ad.Format(), ex.asm.Result().Message))
+				ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
+			}
+		}
+		if err == nil {
+			continue
+		}
+		why := rc.reason()
+		if errors.Is(err, io.EOF) && ex.asm != nil && ex.asm.Result().Terminal {
+			why = stopNone // the answer was whole before the stop landed
+		}
+		switch why {
+		case stopTimeout:
 			if dog.Fired() == limiter.IdleTimeout {
-				fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamIdleTimeout,
-					message: "The upstream sent nothing for longer than the connection's timeouts.idle."})
+				own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamIdleTimeout,
+					"The upstream sent nothing for longer than the connection's timeouts.idle."))
+				o.reason = codeStreamIdleTimeout
 			} else {
-				fail(apiError{status: fasthttp.StatusGatewayTimeout, code: codeStreamTotalTimeout,
-					message: "The upstream stream ran longer than the connection's timeouts.total."})
+				own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamTotalTimeout,
+					"The upstream stream ran longer than the connection's timeouts.total."))
+				o.reason = codeStreamTotalTimeout
 			}
-			break loop
-		case <-cancelled:
-			abort()
+		case stopCancelled:
 			own(ex.ad.StreamErrorEvent(499, "run_cancelled", "The run was cancelled."))
 			o.aborted, o.reason = true, "cancelled"
-			break loop
+		case stopClientLeft:
+			o.aborted, o.reason = true, "client_disconnected"
+		default:
+			if !errors.Is(err, io.EOF) {
+				ex.s.log.Warn("upstream stream failed", "connection", cfg.Name, "err", err)
+				own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+					"The upstream stream broke off before its end."))
+				o.reason = codeStreamTruncated
+			} else if ex.asm != nil && !ex.asm.Result().Terminal {
+				// The upstream closed cleanly but without its end
+				// marker: the answer is cut short, and the client
+				// must not take it for a whole one.
+				ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", cfg.Name)
+				own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+					"The upstream stream ended before its end marker; the answer is incomplete."))
+				o.reason = codeStreamTruncated
+			}
 		}
+		break
 	}
+	rc.finish()
 	if ex.asm != nil && (ex.turn != nil || ex.adm.wantsUsage()) {
 		o.turn = ex.asm.Result()
 	}

@@ -69,9 +69,10 @@ type turn struct {
 	// upstreamBody is kept on the run when the connection audits it.
 	upstreamBody []byte
 
-	events     *eventLog
-	cancelled  chan struct{} // closed when the run was asked to stop
-	cancelOnce sync.Once
+	events *eventLog
+	// cancelCtx ends when the run is asked to stop (requestCancel).
+	cancelCtx context.Context
+	cancelRun context.CancelFunc
 
 	// The lease renewer is a timer, so a streaming run holds no goroutine
 	// for it. renewMu guards the timer and renewStopped; renewRun lets one
@@ -124,9 +125,7 @@ func (t *turn) awaitPending() bool {
 }
 
 // requestCancel asks the relay to stop the run; safe to call many times.
-func (t *turn) requestCancel() {
-	t.cancelOnce.Do(func() { close(t.cancelled) })
-}
+func (t *turn) requestCancel() { t.cancelRun() }
 
 // beginTurn takes the thread lease, composes the history the upstream will
 // receive and returns the body to send. It answers the request itself (and
@@ -182,7 +181,8 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
-		runID: string(runID), mode: mode, model: ex.op.Model, cancelled: make(chan struct{}), ownThread: ownThread}
+		runID: string(runID), mode: mode, model: ex.op.Model, ownThread: ownThread}
+	t.cancelCtx, t.cancelRun = context.WithCancel(context.Background())
 	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 	defer cancel()
 

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -380,4 +382,47 @@ connections:
 			t.Errorf("%q: %d %s; want %d with %s", tc.limits, resp.StatusCode, body, tc.status, tc.want)
 		}
 	}
+}
+
+// TestOpenStreamHoldsOneGoroutine: a stream waiting on a silent upstream
+// holds only fasthttp's connection goroutine, which runs the relay; the
+// clocks, a cancel request and the heartbeats are timers. (It held two: a
+// reader goroutine fed the relay loop.) Persisted and pass-through streams
+// alike, heartbeats on.
+func TestOpenStreamHoldsOneGoroutine(t *testing.T) {
+	m := startMock(t)
+	p := startProxy(t, m, persistConfig+"\nlimits: {heartbeat: 5ms}\n")
+	const perConn = 4
+	var bodies []io.Closer
+	defer func() {
+		for _, b := range bodies {
+			b.Close()
+		}
+	}()
+	for i := range 2 * perConn {
+		url, headers := p.URL+"/plain/v1/chat/completions", []string{"Authorization", "Bearer k", "X-Mock-Gate", "held"}
+		if i%2 == 0 {
+			url = p.URL + "/openai/v1/chat/completions"
+			headers = append(headers, "X-Thread-Id", fmt.Sprintf("goroutines-%d", i))
+		}
+		resp := send(t, "POST", url, streamBody, headers...)
+		bodies = append(bodies, resp.Body)
+		r := bufio.NewReader(resp.Body)
+		readEvent(t, r)
+		// A heartbeat, so the relay has waited through at least one.
+		for !strings.HasPrefix(readEvent(t, r), ":") {
+		}
+	}
+	buf := make([]byte, 1<<22)
+	stacks := strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
+	relays := 0
+	for _, s := range stacks {
+		if strings.Contains(s, "proxy.(*exchange).relaySSE") {
+			relays++
+		}
+	}
+	if relays != 2*perConn {
+		t.Fatalf("%d goroutines are in relaySSE for %d open streams, want one each", relays, 2*perConn)
+	}
+	m.Release("held")
 }
