@@ -493,7 +493,8 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex, dog: dog}
 	// The clocks and a cancel request close the upstream body, which ends
 	// the read in flight; no goroutine waits for them.
-	rc := newRelayControl(ex, nil)
+	rc := new(relayControl)
+	rc.init(ex, nil)
 	rc.stopOn(dog.Context(), stopTimeout, func() bool { return dog.Fired() != "" })
 	if ex.turn != nil {
 		rc.stopOn(ex.turn.cancelCtx, stopCancelled, nil)
@@ -658,142 +659,194 @@ var heartbeat = []byte(": keep-alive\n\n")
 // sent during silence are timer callbacks (relayControl), so an open stream
 // holds one goroutine. Each forwarded event is teed to the assembler and
 // the run's event log.
+//
+// The loop's state lives in an sseRelay on the heap and the work per event
+// in its methods, so the frames below the read a stream waits in stay small
+// (about 3 KiB in all): the garbage collector then shrinks a waiting
+// stream's goroutine stack to 8 KiB, where handling the request grew it.
 func (ex *exchange) relaySSE(w *bufio.Writer) {
 	defer ex.release()
+	r := newSSERelay(ex, w)
+	for {
+		ev, err := r.reader.Next()
+		if ev != nil && !r.forward(ev, err == nil && r.reader.Buffered()) {
+			break
+		}
+		if err != nil {
+			r.ended(err)
+			break
+		}
+	}
+	r.finish()
+}
+
+// sseRelay is one stream relay's state (see relaySSE).
+type sseRelay struct {
+	rc     relayControl
+	ex     *exchange
+	reader *sse.Reader
+	dog    *limiter.Watchdog
+	o      outcome
+
+	errHead      []byte
+	firstWritten bool
+	detachNoted  bool
+	snapshots    bool
+	lastSnapshot time.Time
+}
+
+//go:noinline
+func newSSERelay(ex *exchange, w *bufio.Writer) *sseRelay {
 	cfg := ex.up.cfg
 	limits := ex.s.cfg.Limits
-	reader := sse.NewReader(ex.resp.BodyStream(), limits.MaxSSELineBytes)
-
-	o := outcome{status: ex.resp.StatusCode()}
-	var errHead []byte
-	firstWritten := false
-	detachNoted := false
-	snapshots := ex.turn != nil && ex.asm != nil && cfg.SnapshotStreaming
-	lastSnapshot := time.Now()
-
+	r := &sseRelay{
+		ex:           ex,
+		reader:       sse.NewReader(ex.resp.BodyStream(), limits.MaxSSELineBytes),
+		o:            outcome{status: ex.resp.StatusCode()},
+		snapshots:    ex.turn != nil && ex.asm != nil && cfg.SnapshotStreaming,
+		lastSnapshot: time.Now(),
+	}
+	r.rc.init(ex, w)
 	// The stream's own clocks start now, with the gate slot held and the
 	// response head in (timeouts.first_byte bounded the wait for that).
-	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
-	defer dog.Stop()
-	rc := newRelayControl(ex, w)
-	rc.stopOn(dog.Context(), stopTimeout, func() bool { return dog.Fired() != "" })
+	r.dog = limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
+	dog := r.dog
+	r.rc.stopOn(dog.Context(), stopTimeout, func() bool { return dog.Fired() != "" })
 	if ex.turn != nil {
-		rc.stopOn(ex.turn.cancelCtx, stopCancelled, nil)
+		r.rc.stopOn(ex.turn.cancelCtx, stopCancelled, nil)
 	}
-	rc.heartbeats(limits.Heartbeat.D())
+	r.rc.heartbeats(limits.Heartbeat.D())
+	return r
+}
 
-	// own writes one of chronicle's own error events: to the client, and to
-	// the event log, so a replay shows what the client saw.
-	own := func(ev []byte) {
-		if ex.turn != nil && ex.turn.events != nil && !ex.turnDone {
-			ex.turn.events.add(ev)
-		}
-		rc.write(ev, false)
+// own writes one of chronicle's own error events: to the client, and to
+// the event log, so a replay shows what the client saw.
+func (r *sseRelay) own(ev []byte) {
+	ex := r.ex
+	if ex.turn != nil && ex.turn.events != nil && !ex.turnDone {
+		ex.turn.events.add(ev)
 	}
+	r.rc.write(ev, false)
+}
 
-	for {
-		ev, err := reader.Next()
-		if ev != nil {
-			rc.touched()
-			dog.Touch()
-			if ev.Kind == sse.KindEvent {
-				ex.s.metrics.eventsTeed.Inc()
-			}
-			// Assemble first: stripping edits the event's bytes in place,
-			// and Data aliases them.
-			if ex.asm != nil && ev.Kind == sse.KindEvent && ev.HasData {
-				if err := ex.asm.Feed(ev.Data); err != nil {
-					ex.s.log.Debug("unreadable stream event", "connection", cfg.Name, "err", err)
-				}
-			}
-			raw := ev.Raw
-			drop := false
-			if ex.addedUsage && ev.Kind == sse.KindEvent {
-				raw, drop = ex.ad.StripAddedUsage(raw)
-			}
-			if o.status >= 300 && len(errHead) < 64<<10 {
-				errHead = append(errHead, raw...)
-			}
-			if !drop && ex.turn != nil && ex.turn.events != nil && ev.Kind == sse.KindEvent && !ex.turnDone {
-				ex.turn.events.add(raw)
-			}
-			if ex.turn != nil && !ex.turnDone && ex.asm != nil && ex.asm.Done() {
-				// The provider's last event: record the turn before the
-				// client sees it, so a client that sends its next turn
-				// as soon as it reads the end finds the thread free.
-				ex.endTurn(outcome{status: o.status, turn: ex.asm.Result()})
-			}
-			clientGone := false
-			if !drop {
-				if !firstWritten && ex.turn != nil {
-					firstWritten = true
-					ex.turn.awaitPending()
-				}
-				// A burst goes out in one write: the flush waits when the
-				// next event is already buffered.
-				clientGone = rc.write(raw, err == nil && reader.Buffered())
-			}
-			if clientGone && !ex.detach {
-				rc.stop(stopClientLeft) // the client left: stop the upstream request
-				o.aborted, o.reason = true, "client_disconnected"
-				break
-			}
-			if clientGone && ex.turn != nil && !detachNoted {
-				detachNoted = true
-				now := time.Now()
-				ex.turn.offerPatch(func(p *store.RunPatch) { p.DetachedSince = now })
-			}
-			if snapshots && time.Since(lastSnapshot) >= cfg.SnapshotInterval.D() && !ex.turnDone {
-				lastSnapshot = time.Now()
-				text := []byte(adapters.MessageText(ex.ad.Format(), ex.asm.Result().Message))
-				ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
-			}
-		}
-		if err == nil {
-			continue
-		}
-		why := rc.reason()
-		if errors.Is(err, io.EOF) && ex.asm != nil && ex.asm.Result().Terminal {
-			why = stopNone // the answer was whole before the stop landed
-		}
-		switch why {
-		case stopTimeout:
-			if dog.Fired() == limiter.IdleTimeout {
-				own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamIdleTimeout,
-					"The upstream sent nothing for longer than the connection's timeouts.idle."))
-				o.reason = codeStreamIdleTimeout
-			} else {
-				own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamTotalTimeout,
-					"The upstream stream ran longer than the connection's timeouts.total."))
-				o.reason = codeStreamTotalTimeout
-			}
-		case stopCancelled:
-			own(ex.ad.StreamErrorEvent(499, "run_cancelled", "The run was cancelled."))
-			o.aborted, o.reason = true, "cancelled"
-		case stopClientLeft:
-			o.aborted, o.reason = true, "client_disconnected"
-		default:
-			if !errors.Is(err, io.EOF) {
-				ex.s.log.Warn("upstream stream failed", "connection", cfg.Name, "err", err)
-				own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
-					"The upstream stream broke off before its end."))
-				o.reason = codeStreamTruncated
-			} else if ex.asm != nil && !ex.asm.Result().Terminal {
-				// The upstream closed cleanly but without its end
-				// marker: the answer is cut short, and the client
-				// must not take it for a whole one.
-				ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", cfg.Name)
-				own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
-					"The upstream stream ended before its end marker; the answer is incomplete."))
-				o.reason = codeStreamTruncated
-			}
-		}
-		break
+// forward handles one upstream event: the assembler, the event log, the
+// client. more: the next event is already buffered, so the flush can wait
+// for it (a burst goes out in one write). It reports false when the relay
+// must stop because the client left.
+//
+//go:noinline
+func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
+	ex := r.ex
+	r.rc.touched()
+	r.dog.Touch()
+	if ev.Kind == sse.KindEvent {
+		ex.s.metrics.eventsTeed.Inc()
 	}
-	rc.finish()
+	// Assemble first: stripping edits the event's bytes in place, and Data
+	// aliases them.
+	if ex.asm != nil && ev.Kind == sse.KindEvent && ev.HasData {
+		if err := ex.asm.Feed(ev.Data); err != nil {
+			ex.s.log.Debug("unreadable stream event", "connection", ex.up.cfg.Name, "err", err)
+		}
+	}
+	raw := ev.Raw
+	drop := false
+	if ex.addedUsage && ev.Kind == sse.KindEvent {
+		raw, drop = ex.ad.StripAddedUsage(raw)
+	}
+	if r.o.status >= 300 && len(r.errHead) < 64<<10 {
+		r.errHead = append(r.errHead, raw...)
+	}
+	if !drop && ex.turn != nil && ex.turn.events != nil && ev.Kind == sse.KindEvent && !ex.turnDone {
+		ex.turn.events.add(raw)
+	}
+	if ex.turn != nil && !ex.turnDone && ex.asm != nil && ex.asm.Done() {
+		// The provider's last event: record the turn before the client
+		// sees it, so a client that sends its next turn as soon as it
+		// reads the end finds the thread free.
+		ex.endTurn(outcome{status: r.o.status, turn: ex.asm.Result()})
+	}
+	clientGone := false
+	if !drop {
+		if !r.firstWritten && ex.turn != nil {
+			r.firstWritten = true
+			ex.turn.awaitPending()
+		}
+		clientGone = r.rc.write(raw, more)
+	}
+	if clientGone && !ex.detach {
+		r.rc.stop(stopClientLeft) // the client left: stop the upstream request
+		r.o.aborted, r.o.reason = true, "client_disconnected"
+		return false
+	}
+	if clientGone && ex.turn != nil && !r.detachNoted {
+		r.detachNoted = true
+		now := time.Now()
+		ex.turn.offerPatch(func(p *store.RunPatch) { p.DetachedSince = now })
+	}
+	if r.snapshots && time.Since(r.lastSnapshot) >= ex.up.cfg.SnapshotInterval.D() && !ex.turnDone {
+		r.lastSnapshot = time.Now()
+		text := []byte(adapters.MessageText(ex.ad.Format(), ex.asm.Result().Message))
+		ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
+	}
+	return true
+}
+
+// ended handles the error that ended the upstream read: a stop from
+// outside (a clock, a cancel, a client gone during a heartbeat), a broken
+// stream, or the stream's end.
+//
+//go:noinline
+func (r *sseRelay) ended(err error) {
+	ex := r.ex
+	why := r.rc.reason()
+	if errors.Is(err, io.EOF) && ex.asm != nil && ex.asm.Result().Terminal {
+		why = stopNone // the answer was whole before the stop landed
+	}
+	switch why {
+	case stopTimeout:
+		if r.dog.Fired() == limiter.IdleTimeout {
+			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamIdleTimeout,
+				"The upstream sent nothing for longer than the connection's timeouts.idle."))
+			r.o.reason = codeStreamIdleTimeout
+		} else {
+			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamTotalTimeout,
+				"The upstream stream ran longer than the connection's timeouts.total."))
+			r.o.reason = codeStreamTotalTimeout
+		}
+	case stopCancelled:
+		r.own(ex.ad.StreamErrorEvent(499, "run_cancelled", "The run was cancelled."))
+		r.o.aborted, r.o.reason = true, "cancelled"
+	case stopClientLeft:
+		r.o.aborted, r.o.reason = true, "client_disconnected"
+	default:
+		if !errors.Is(err, io.EOF) {
+			ex.s.log.Warn("upstream stream failed", "connection", ex.up.cfg.Name, "err", err)
+			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+				"The upstream stream broke off before its end."))
+			r.o.reason = codeStreamTruncated
+		} else if ex.asm != nil && !ex.asm.Result().Terminal {
+			// The upstream closed cleanly but without its end marker:
+			// the answer is cut short, and the client must not take it
+			// for a whole one.
+			ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", ex.up.cfg.Name)
+			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
+				"The upstream stream ended before its end marker; the answer is incomplete."))
+			r.o.reason = codeStreamTruncated
+		}
+	}
+}
+
+// finish stops the clocks and callbacks and records the exchange's end.
+//
+//go:noinline
+func (r *sseRelay) finish() {
+	ex := r.ex
+	r.rc.finish()
+	r.dog.Stop()
 	if ex.asm != nil && (ex.turn != nil || ex.adm.wantsUsage()) {
-		o.turn = ex.asm.Result()
+		r.o.turn = ex.asm.Result()
 	}
-	o.errBody = errHead
-	ex.end(o)
+	r.o.errBody = r.errHead
+	ex.end(r.o)
 }

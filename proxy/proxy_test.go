@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -359,25 +360,30 @@ func TestUpstreamHeaderLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.Response.Header.Set("X-Long", strings.Repeat("h", 20000))
+		n, _ := strconv.Atoi(string(ctx.Request.Header.Peek("X-Head-Bytes")))
+		ctx.Response.Header.Set("X-Long", strings.Repeat("h", n))
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
 	}}
 	go up.Serve(ln)
 	t.Cleanup(func() { up.Shutdown() })
 	for _, tc := range []struct {
-		limits string
-		status int
-		want   string
+		limits    string
+		headBytes int
+		status    int
+		want      string
 	}{
-		{"", 502, "limits.max_upstream_header_bytes = 16384"},
-		{"limits: {max_upstream_header_bytes: 32768}", 200, `"content":"ok"`},
+		{"", 20000, 502, "limits.max_upstream_header_bytes = 8192"},
+		// A provider's head is 1-3 KB (rate-limit headers, cookies).
+		{"", 6000, 200, `"content":"ok"`},
+		{"limits: {max_upstream_header_bytes: 32768}", 20000, 200, `"content":"ok"`},
 	} {
 		p := startProxy(t, nil, tc.limits+`
 connections:
   - {name: a, provider: openai, base_url: "http://`+ln.Addr().String()+`", persist: false}
 `)
-		resp, body := do(t, "POST", p.URL+"/a/v1/chat/completions", chatBody, "Authorization", "Bearer k")
+		resp, body := do(t, "POST", p.URL+"/a/v1/chat/completions", chatBody, "Authorization", "Bearer k",
+			"X-Head-Bytes", strconv.Itoa(tc.headBytes))
 		if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.want) {
 			t.Errorf("%q: %d %s; want %d with %s", tc.limits, resp.StatusCode, body, tc.status, tc.want)
 		}

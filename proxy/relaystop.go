@@ -47,8 +47,8 @@ type relayControl struct {
 	unregister []func() bool
 }
 
-func newRelayControl(ex *exchange, w *bufio.Writer) *relayControl {
-	return &relayControl{ex: ex, w: w, started: time.Now()}
+func (rc *relayControl) init(ex *exchange, w *bufio.Writer) {
+	rc.ex, rc.w, rc.started = ex, w, time.Now()
 }
 
 // stopOn stops the relay with why when ctx ends, if cond (when not nil)

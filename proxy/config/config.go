@@ -352,7 +352,7 @@ func (c *Config) applyDefaults() {
 		l.MaxHeaderBytes = 64 << 10
 	}
 	if l.MaxUpstreamHeaderBytes == 0 {
-		l.MaxUpstreamHeaderBytes = 16 << 10
+		l.MaxUpstreamHeaderBytes = 8 << 10
 	}
 	if l.MaxSSELineBytes == 0 {
 		l.MaxSSELineBytes = 4 << 20
