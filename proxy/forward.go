@@ -595,6 +595,10 @@ type bodyWriter struct {
 	sw   fasthttp.StreamWriter
 	ran  bool
 	pipe io.ReadCloser
+	// done, when set, runs after sw has returned in WriteTo (it gives the
+	// request's lent body buffer back). sw run through the pipe runs
+	// beside fasthttp's own goroutine, so done is skipped there.
+	done func()
 }
 
 func (b *bodyWriter) SupportsBodyWriteTo() bool { return true }
@@ -610,6 +614,9 @@ func (b *bodyWriter) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(cw, 1024)
 	b.sw(bw)
 	err := bw.Flush()
+	if b.done != nil {
+		b.done()
+	}
 	return cw.n, err
 }
 

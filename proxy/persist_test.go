@@ -571,3 +571,64 @@ connections:
 }
 
 func tail(b []byte) []byte { return b[max(0, len(b)-120):] }
+
+// TestLargeBodyBuffersLent: large request bodies are read into buffers the
+// proxy lends and takes back (largeBodyPool), and a buffer goes back only
+// when nothing can read the body any more. A streamed turn's body stays
+// its own while the stream is open, though other large requests come and
+// go and reuse buffers meanwhile: its stored message is intact at the end.
+func TestLargeBodyBuffersLent(t *testing.T) {
+	m := startMock(t)
+	p := startProxyWith(t, m, `
+limits: {max_body_bytes: 33554432}
+connections:
+  - {name: openai, provider: openai, base_url: "${MOCK}"}
+`, openEmbedded(t, t.TempDir()))
+	url := p.URL + "/openai/v1/chat/completions"
+	doc := func(stream bool, fill string) string {
+		return fmt.Sprintf(`{"model":"gpt-4o","stream":%t,"messages":[{"role":"user","content":"%s"}]}`,
+			stream, strings.Repeat(fill, 2<<20))
+	}
+	reusedBefore := p.largeBodies.reused.Load()
+
+	// A stream held open after its first event, its body 2 MiB of "a".
+	resp := send(t, "POST", url, doc(true, "a"), "Authorization", "Bearer k", "X-Thread-Id", "lent-stream", "X-Mock-Gate", "lent")
+	r := bufio.NewReader(resp.Body)
+	readEvent(t, r)
+	// Meanwhile three non-stream turns of "b", "c", "d" take buffers and
+	// give them back.
+	for i, fill := range []string{"b", "c", "d"} {
+		thread := fmt.Sprintf("lent-%d", i)
+		resp, body := do(t, "POST", url, doc(false, fill), "Authorization", "Bearer k", "X-Thread-Id", thread)
+		if resp.StatusCode != 200 {
+			t.Fatalf("turn %s: %d %.200s", fill, resp.StatusCode, body)
+		}
+		if got := apiThread(t, p, "k", thread).Get("messages.0.content").String(); got != strings.Repeat(fill, 2<<20) {
+			t.Fatalf("turn %s stored a first message of %d bytes starting %.20q", fill, len(got), got)
+		}
+	}
+	if n := p.largeBodies.reused.Load() - reusedBefore; n < 2 {
+		t.Fatalf("%d large bodies were read into a lent buffer that was used before, want at least 2", n)
+	}
+	m.Release("lent")
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	th := apiThread(t, p, "k", "lent-stream")
+	if got := th.Get("messages.0.content").String(); got != strings.Repeat("a", 2<<20) {
+		t.Fatalf("the streamed turn stored a first message of %d bytes starting %.20q", len(got), got)
+	}
+	if n := len(th.Get("messages").Array()); n != 2 {
+		t.Fatalf("the streamed turn stored %d messages, want 2", n)
+	}
+	// The thread as the proxy keeps it (its cache took the turn at the
+	// stream's end) goes upstream whole when the thread is continued.
+	if resp, body := do(t, "POST", url, `{"model":"gpt-4o","messages":[]}`, "Authorization", "Bearer k", "X-Thread-Id", "lent-stream"); resp.StatusCode != 200 {
+		t.Fatalf("continuing: %d %.200s", resp.StatusCode, body)
+	}
+	reqs := m.Requests()
+	if got := gjson.GetBytes(reqs[len(reqs)-1].Body, "messages.0.content").String(); got != strings.Repeat("a", 2<<20) {
+		t.Fatalf("continuing the streamed thread sent a first message of %d bytes starting %.20q", len(got), got)
+	}
+}

@@ -68,32 +68,93 @@ func (h *boostHold) release() {
 	}
 }
 
-// headerReceived is the server's fasthttp HeaderReceived hook: a request
-// that announces a large body gets its hold before the body is read, since
-// reading 10 MB that arrive as fast as the socket gives them keeps the
-// goroutine busy for tens of ms without parking. The parse-error handler
-// releases the hold of a request that failed before any handler.
+// headerReceived is the server's fasthttp HeaderReceived hook. A request
+// that announces a large body gets, before the body is read, its procBoost
+// hold (reading 10 MB that arrive as fast as the socket gives them keeps
+// the goroutine busy for tens of ms without parking) and a body buffer from
+// largeBodies. Server.handle takes both when it runs (takeLarge), the
+// parse-error handler when the request failed before any handler.
 func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	if s.procs != nil && h.ContentLength() >= largeRequestBytes {
-		s.holdLarge(h)
+	if n := h.ContentLength(); n >= largeRequestBytes {
+		lr := s.startLarge(h)
+		if n <= s.cfg.Limits.MaxBodyBytes {
+			lr.body = s.largeBodies.lend(requestOf(h), n)
+		}
 	}
 	return fasthttp.RequestConfig{}
 }
 
-// holdLarge takes a procBoost hold for the request with header h, for
-// Server.handle to release when it returns (a streamed answer's handler
-// returns when the relay starts: relaying is light and may last minutes).
-// The timer ends a hold that no handler takes.
-func (s *Server) holdLarge(h *fasthttp.RequestHeader) {
-	s.pendingHolds.Store(h, s.procs.hold(s.cfg.Limits.ReadTimeout.D()+time.Second))
+// largeRequest is what a large request holds from its headers until its
+// handler takes it: a procBoost hold and a lent body buffer, either nil.
+type largeRequest struct {
+	hold *boostHold
+	body *[]byte
 }
 
-// takeHold returns the hold headerReceived took for this request, if any.
-func (s *Server) takeHold(ctx *fasthttp.RequestCtx) *boostHold {
-	if v, ok := s.pendingHolds.LoadAndDelete(&ctx.Request.Header); ok {
-		return v.(*boostHold)
+// startLarge records a large request under its header, with a procBoost
+// hold when boosting is on. A timer at limits.read_timeout plus a second
+// drops a record no handler took (a client that left mid-body reaches
+// none) and ends its hold.
+func (s *Server) startLarge(h *fasthttp.RequestHeader) *largeRequest {
+	lr := &largeRequest{}
+	d := s.cfg.Limits.ReadTimeout.D() + time.Second
+	if s.procs != nil {
+		lr.hold = s.procs.hold(d)
+	}
+	s.pendingLarge.Store(h, lr)
+	time.AfterFunc(d, func() { s.pendingLarge.CompareAndDelete(h, lr) })
+	return lr
+}
+
+// holdLarge starts a procBoost hold for a large request headerReceived
+// could not see coming (a chunked body), for Server.handle to end as the
+// others.
+func (s *Server) holdLarge(h *fasthttp.RequestHeader) {
+	if _, ok := s.pendingLarge.Load(h); !ok {
+		s.startLarge(h)
+	}
+}
+
+// takeLarge returns what headerReceived recorded for this request, if
+// anything.
+func (s *Server) takeLarge(ctx *fasthttp.RequestCtx) *largeRequest {
+	if v, ok := s.pendingLarge.LoadAndDelete(&ctx.Request.Header); ok {
+		return v.(*largeRequest)
 	}
 	return nil
+}
+
+// handled ends a large request's hold when its handler returns (a streamed
+// answer's handler returns when the relay starts: relaying is light and may
+// last minutes), and gives its body buffer back once nothing can read the
+// body any more: now, or for a streamed answer when the relay ends.
+func (lr *largeRequest) handled(s *Server, ctx *fasthttp.RequestCtx) {
+	if lr == nil {
+		return
+	}
+	lr.hold.release()
+	if lr.body == nil {
+		return
+	}
+	if !ctx.Response.IsBodyStream() {
+		s.largeBodies.giveBack(&ctx.Request, lr.body)
+		return
+	}
+	if bw, ok := ctx.Response.BodyStream().(*bodyWriter); ok {
+		body := lr.body
+		bw.done = func() { s.largeBodies.giveBack(&ctx.Request, body) }
+	}
+	// Any other body stream may still read the request: the buffer is
+	// left to fasthttp and the garbage collector.
+}
+
+// failed ends a large request that failed before any handler. Its body
+// buffer is not given back: fasthttp resets a request whose body read
+// failed, and may have pooled the buffer itself.
+func (lr *largeRequest) failed() {
+	if lr != nil {
+		lr.hold.release()
+	}
 }
 
 // enter counts a large request in; every enter is paired with one exit.

@@ -60,10 +60,12 @@ type Server struct {
 	// off).
 	threads *threadCache
 	// procs raises GOMAXPROCS while a large request is in flight (nil:
-	// never); pendingHolds are the holds headerReceived took, by request
-	// header, until the handler takes them.
+	// never); pendingLarge holds what headerReceived took for a large
+	// request (*largeRequest), by request header, until the handler takes
+	// it; largeBodies lends large requests their body buffers.
 	procs        *procBoost
-	pendingHolds sync.Map
+	pendingLarge sync.Map
+	largeBodies  largeBodyPool
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
 	metrics      *serverMetrics
@@ -317,10 +319,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // handle routes one request by its first path segment.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	// A request with a large body holds more Ps (procBoost) from its
-	// headers (headerReceived) until its handler returns, which for a
-	// streamed answer is when the relay starts.
-	defer func() { s.takeHold(ctx).release() }()
+	// A request with a large body holds more Ps (procBoost) and a lent
+	// body buffer from its headers (headerReceived); see handled.
+	defer func() { s.takeLarge(ctx).handled(s, ctx) }()
 	start := time.Now()
 	first, rest := splitFirstSegment(ctx.URI().PathOriginal())
 	switch string(first) {
@@ -416,7 +417,7 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 // handleParseError answers requests fasthttp could not read: too large a
 // body or header block, a read timeout, malformed HTTP.
 func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
-	s.takeHold(ctx).release()
+	s.takeLarge(ctx).failed()
 	var shape adapters.Adapter = openAIAdapter
 	if first, rest := splitFirstSegment(ctx.URI().PathOriginal()); len(first) > 0 {
 		if up := s.conns[string(first)]; up != nil {
