@@ -339,3 +339,57 @@ connections:
 	_ = limiter.ErrQueueFull
 	_ = context.Background
 }
+
+// TestChunkRelayStops: a stream of unknown length that is not SSE (Gemini's
+// JSON array stream) is stopped by the idle clock and by a cancel request
+// while the relay waits on a silent upstream: the upstream request ends and
+// the run records why.
+func TestChunkRelayStops(t *testing.T) {
+	m := startMock(t)
+	p := startProxyWith(t, m, `
+connections:
+  - {name: gemini, provider: gemini, base_url: "${MOCK}", timeouts: {first_byte: 10s, idle: 60s, total: 60s}}
+  - {name: quiet, provider: gemini, base_url: "${MOCK}", timeouts: {first_byte: 10s, idle: 200ms, total: 60s}}
+`, openEmbedded(t, t.TempDir()))
+	const path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+	const body = `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
+	auth := []string{"X-Goog-Api-Key", "k"}
+
+	t.Run("idle", func(t *testing.T) {
+		resp, got := do(t, "POST", p.URL+"/quiet"+path, body, hdrs(auth, "X-Thread-Id", "t-chunks-idle", "X-Mock-Gate", "chunks-idle")...)
+		if resp.StatusCode != 200 || strings.HasSuffix(strings.TrimSpace(string(got)), "]") {
+			t.Fatalf("%d, a whole array: %s", resp.StatusCode, got)
+		}
+		waitUpstreamDone(t, m, 1)
+		if r := mockRequest(t, m, "chunks-idle"); !r.Canceled {
+			t.Fatalf("upstream request not cancelled: %+v", r)
+		}
+		run := threadDoc(t, p, auth, "t-chunks-idle").Get("runs.0")
+		if run.Get("status").String() != "failed" || run.Get("reason").String() != "idle_timeout" {
+			t.Fatalf("run %s", run.Raw)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		resp := send(t, "POST", p.URL+"/gemini"+path, body, hdrs(auth, "X-Thread-Id", "t-chunks-cancel", "X-Mock-Gate", "chunks-cancel")...)
+		defer resp.Body.Close()
+		runID := resp.Header.Get("X-Run-Id")
+		first := make([]byte, 1)
+		if _, err := io.ReadFull(resp.Body, first); err != nil {
+			t.Fatal(err)
+		}
+		if cr, cbody := do(t, "POST", p.URL+"/api/threads/t-chunks-cancel/runs/"+runID+"/cancel", "", auth...); cr.StatusCode != 202 {
+			t.Fatalf("cancel: %d %s", cr.StatusCode, cbody)
+		}
+		if _, err := io.ReadAll(resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		waitUpstreamDone(t, m, 2)
+		if r := mockRequest(t, m, "chunks-cancel"); !r.Canceled {
+			t.Fatalf("upstream request not cancelled: %+v", r)
+		}
+		run := threadDoc(t, p, auth, "t-chunks-cancel").Get("runs.0")
+		if run.Get("status").String() != "aborted" || run.Get("reason").String() != "cancelled" {
+			t.Fatalf("run %s", run.Raw)
+		}
+	})
+}
