@@ -3,12 +3,18 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
 
@@ -204,4 +210,107 @@ connections:
 			})
 		}
 	}
+}
+
+// BenchmarkOpenStreamMemory reports the heap and stack one open stream
+// costs the proxy: streams held open by the upstream after their first
+// event, measured after a collection, minus the same streams sent straight
+// to the upstream (the client's and the upstream's share). It is a
+// measurement, not a loop: run it with -benchtime 1x. chronicle-bench's
+// streams check measures the process's RSS, which also holds the garbage
+// the GC lets grow between collections.
+func BenchmarkOpenStreamMemory(b *testing.B) {
+	const n = 400
+	redisStore := sharedRedis(b)
+	for _, tc := range []struct {
+		name, conn string
+		open       func(testing.TB) store.Store
+	}{
+		{"pass", "{name: up, provider: openai, base_url: \"%s\", persist: false}", func(t testing.TB) store.Store { return openEmbedded(t, t.TempDir()) }},
+		{"embedded", "{name: up, provider: openai, base_url: \"%s\"}", func(t testing.TB) store.Store { return openEmbedded(t, t.TempDir()) }},
+		{"redis", "{name: up, provider: openai, base_url: \"%s\"}", func(testing.TB) store.Store { return redisStore() }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				up, release := heldStreamUpstream(b)
+				dh, ds := openStreamsBytes(b, up+"/v1/chat/completions", n, "")
+				release()
+				up, release = heldStreamUpstream(b)
+				p := startProxyWith(b, nil, "connections:\n  - "+fmt.Sprintf(tc.conn, up)+"\n", tc.open(b))
+				ph, ps := openStreamsBytes(b, p.URL+"/up/v1/chat/completions", n, tc.name)
+				release()
+				b.ReportMetric(float64(ph-dh)/n, "heap-B/stream")
+				b.ReportMetric(float64(ps-ds)/n, "stack-B/stream")
+			}
+		})
+	}
+}
+
+// heldStreamUpstream answers every request with one SSE event and then
+// holds the stream until release.
+func heldStreamUpstream(b *testing.B) (string, func()) {
+	b.Helper()
+	held := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("text/event-stream")
+		ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+			_, _ = w.WriteString(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":"word "},"finish_reason":null}]}` + "\n\n")
+			_ = w.Flush()
+			<-held
+			_, _ = w.WriteString(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+		})
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	var once sync.Once
+	release := func() { once.Do(func() { close(held); _ = srv.Shutdown() }) }
+	b.Cleanup(release)
+	return "http://" + ln.Addr().String(), release
+}
+
+// openStreamsBytes opens n streams to url, each on its own connection,
+// waits for every first event, and returns how much more live heap and
+// goroutine stack the process holds than before (after a collection each
+// time). The streams are closed before it returns.
+func openStreamsBytes(b *testing.B, url string, n int, thread string) (heap, stack int64) {
+	b.Helper()
+	used := func() (int64, int64) {
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc), int64(ms.StackInuse)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	heap0, stack0 := used()
+	bodies := make([]io.ReadCloser, 0, n)
+	defer func() {
+		for _, body := range bodies {
+			body.Close()
+		}
+	}()
+	for i := range n {
+		req, err := http.NewRequest("POST", url, strings.NewReader(`{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer k")
+		if thread != "" {
+			req.Header.Set("X-Thread-Id", thread+"-"+strconv.Itoa(i))
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bodies = append(bodies, resp.Body)
+		if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || resp.StatusCode != 200 {
+			b.Fatalf("stream %d: %d %v", i, resp.StatusCode, err)
+		}
+	}
+	heap, stack = used()
+	return heap - heap0, stack - stack0
 }

@@ -599,26 +599,31 @@ type bodyWriter struct {
 	// request's lent body buffer back). sw run through the pipe runs
 	// beside fasthttp's own goroutine, so done is skipped there.
 	done func()
+	out  countingWriter // WriteTo's writer, counted
 }
 
 func (b *bodyWriter) SupportsBodyWriteTo() bool { return true }
 
+// WriteTo runs sw. A stream's relay waits in the frames below it, so it
+// keeps few locals (see relaySSE).
 func (b *bodyWriter) WriteTo(w io.Writer) (int64, error) {
 	if b.ran {
-		return 0, errors.New("proxy: body stream already consumed")
+		return 0, errBodyConsumed
 	}
 	b.ran = true
-	cw := &countingWriter{w: w}
+	b.out.w = w
 	// Small: the relay flushes after every event (or burst), and a larger
 	// write goes through bufio straight to the chunk writer.
-	bw := bufio.NewWriterSize(cw, 1024)
+	bw := bufio.NewWriterSize(&b.out, 1024)
 	b.sw(bw)
 	err := bw.Flush()
 	if b.done != nil {
 		b.done()
 	}
-	return cw.n, err
+	return b.out.n, err
 }
+
+var errBodyConsumed = errors.New("proxy: body stream already consumed")
 
 func (b *bodyWriter) Read(p []byte) (int, error) {
 	if b.pipe == nil {
@@ -672,7 +677,8 @@ var heartbeat = []byte(": keep-alive\n\n")
 // (about 3 KiB in all): the garbage collector then shrinks a waiting
 // stream's goroutine stack to 8 KiB, where handling the request grew it.
 func (ex *exchange) relaySSE(w *bufio.Writer) {
-	defer ex.release()
+	// No defer: fasthttp does not recover a panicking handler, so one
+	// would only make this frame larger.
 	r := newSSERelay(ex, w)
 	for {
 		ev, err := r.reader.Next()
@@ -685,6 +691,7 @@ func (ex *exchange) relaySSE(w *bufio.Writer) {
 		}
 	}
 	r.finish()
+	ex.release()
 }
 
 // sseRelay is one stream relay's state (see relaySSE).
