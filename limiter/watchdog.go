@@ -71,6 +71,16 @@ func (w *Watchdog) Context() context.Context { return w.ctx }
 // Touch records an upstream event (the first one stops the first-byte clock).
 func (w *Watchdog) Touch() { w.last.Store(int64(time.Since(w.start)) + 1) }
 
+// Silence is how long it has been since the last Touch (since the start
+// before the first): what a relay's heartbeat waits on.
+func (w *Watchdog) Silence() time.Duration {
+	since := time.Since(w.start)
+	if last := w.last.Load(); last > 0 {
+		return since - time.Duration(last-1)
+	}
+	return since
+}
+
 // Fired reports which clock cancelled the context, or "" if none did.
 func (w *Watchdog) Fired() Reason {
 	if r := w.fired.Load(); r != nil {

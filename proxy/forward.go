@@ -729,7 +729,7 @@ func newSSERelay(ex *exchange, w *bufio.Writer) *sseRelay {
 	if ex.turn != nil {
 		r.rc.stopOn(ex.turn.cancelCtx, stopCancelled, nil)
 	}
-	r.rc.heartbeats(limits.Heartbeat.D())
+	r.rc.heartbeats(limits.Heartbeat.D(), dog)
 	return r
 }
 
@@ -751,8 +751,7 @@ func (r *sseRelay) own(ev []byte) {
 //go:noinline
 func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 	ex := r.ex
-	r.rc.touched()
-	r.dog.Touch()
+	r.dog.Touch() // also puts the next heartbeat off
 	if ev.Kind == sse.KindEvent {
 		ex.s.metrics.eventsTeed.Inc()
 	}

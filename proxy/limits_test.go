@@ -354,20 +354,27 @@ connections:
 	const path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 	const body = `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
 	auth := []string{"X-Goog-Api-Key", "k"}
+	// stopped checks that the upstream request behind gate ended by
+	// cancellation (done: upstream requests ended so far) and how the
+	// thread's run ended.
+	stopped := func(t *testing.T, done int, gate, thread, status, reason string) {
+		t.Helper()
+		waitUpstreamDone(t, m, done)
+		if r := mockRequest(t, m, gate); !r.Canceled {
+			t.Fatalf("upstream request not cancelled: %+v", r)
+		}
+		run := threadDoc(t, p, auth, thread).Get("runs.0")
+		if run.Get("status").String() != status || run.Get("reason").String() != reason {
+			t.Fatalf("run %s", run.Raw)
+		}
+	}
 
 	t.Run("idle", func(t *testing.T) {
 		resp, got := do(t, "POST", p.URL+"/quiet"+path, body, hdrs(auth, "X-Thread-Id", "t-chunks-idle", "X-Mock-Gate", "chunks-idle")...)
 		if resp.StatusCode != 200 || strings.HasSuffix(strings.TrimSpace(string(got)), "]") {
 			t.Fatalf("%d, a whole array: %s", resp.StatusCode, got)
 		}
-		waitUpstreamDone(t, m, 1)
-		if r := mockRequest(t, m, "chunks-idle"); !r.Canceled {
-			t.Fatalf("upstream request not cancelled: %+v", r)
-		}
-		run := threadDoc(t, p, auth, "t-chunks-idle").Get("runs.0")
-		if run.Get("status").String() != "failed" || run.Get("reason").String() != "idle_timeout" {
-			t.Fatalf("run %s", run.Raw)
-		}
+		stopped(t, 1, "chunks-idle", "t-chunks-idle", "failed", "idle_timeout")
 	})
 	t.Run("cancel", func(t *testing.T) {
 		resp := send(t, "POST", p.URL+"/gemini"+path, body, hdrs(auth, "X-Thread-Id", "t-chunks-cancel", "X-Mock-Gate", "chunks-cancel")...)
@@ -383,13 +390,6 @@ connections:
 		if _, err := io.ReadAll(resp.Body); err != nil {
 			t.Fatal(err)
 		}
-		waitUpstreamDone(t, m, 2)
-		if r := mockRequest(t, m, "chunks-cancel"); !r.Canceled {
-			t.Fatalf("upstream request not cancelled: %+v", r)
-		}
-		run := threadDoc(t, p, auth, "t-chunks-cancel").Get("runs.0")
-		if run.Get("status").String() != "aborted" || run.Get("reason").String() != "cancelled" {
-			t.Fatalf("run %s", run.Raw)
-		}
+		stopped(t, 2, "chunks-cancel", "t-chunks-cancel", "aborted", "cancelled")
 	})
 }

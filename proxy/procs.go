@@ -43,27 +43,22 @@ func newProcBoost(boost int) *procBoost {
 	return &procBoost{base: base, boost: boost}
 }
 
-// hold counts a large request in until the returned hold is released, or
-// until d has passed, whichever comes first: a request whose body never
-// arrives (the client left mid-body) reaches no handler to release it.
-func (b *procBoost) hold(d time.Duration) *boostHold {
+// hold counts a large request in until the returned hold is released
+// (largeRequest's timer releases one that no handler takes).
+func (b *procBoost) hold() *boostHold {
 	b.enter()
-	h := &boostHold{b: b}
-	h.timer = time.AfterFunc(d, h.release)
-	return h
+	return &boostHold{b: b}
 }
 
 // boostHold is one large request's count in a procBoost.
 type boostHold struct {
-	b     *procBoost
-	timer *time.Timer
-	done  atomic.Bool
+	b    *procBoost
+	done atomic.Bool
 }
 
 // release counts the request out, once.
 func (h *boostHold) release() {
 	if h != nil && h.done.CompareAndSwap(false, true) {
-		h.timer.Stop()
 		h.b.exit()
 	}
 }
@@ -87,8 +82,9 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 // largeRequest is what a large request holds from its headers until its
 // handler takes it: a procBoost hold and a lent body buffer, either nil.
 type largeRequest struct {
-	hold *boostHold
-	body *[]byte
+	hold  *boostHold
+	body  *[]byte
+	timer *time.Timer
 }
 
 // startLarge records a large request under its header, with a procBoost
@@ -97,12 +93,14 @@ type largeRequest struct {
 // none) and ends its hold.
 func (s *Server) startLarge(h *fasthttp.RequestHeader) *largeRequest {
 	lr := &largeRequest{}
-	d := s.cfg.Limits.ReadTimeout.D() + time.Second
 	if s.procs != nil {
-		lr.hold = s.procs.hold(d)
+		lr.hold = s.procs.hold()
 	}
 	s.pendingLarge.Store(h, lr)
-	time.AfterFunc(d, func() { s.pendingLarge.CompareAndDelete(h, lr) })
+	lr.timer = time.AfterFunc(s.cfg.Limits.ReadTimeout.D()+time.Second, func() {
+		s.pendingLarge.CompareAndDelete(h, lr)
+		lr.hold.release()
+	})
 	return lr
 }
 
@@ -132,6 +130,7 @@ func (lr *largeRequest) handled(s *Server, ctx *fasthttp.RequestCtx) {
 	if lr == nil {
 		return
 	}
+	lr.timer.Stop()
 	lr.hold.release()
 	if lr.body == nil {
 		return
@@ -153,6 +152,7 @@ func (lr *largeRequest) handled(s *Server, ctx *fasthttp.RequestCtx) {
 // failed, and may have pooled the buffer itself.
 func (lr *largeRequest) failed() {
 	if lr != nil {
+		lr.timer.Stop()
 		lr.hold.release()
 	}
 }

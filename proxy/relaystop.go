@@ -4,8 +4,9 @@ import (
 	"bufio"
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/chronicle-proxy/chronicle/limiter"
 )
 
 // stopReason says why a relay's upstream read was cut short from outside
@@ -39,16 +40,15 @@ type relayControl struct {
 	done       bool
 	clientGone bool
 
-	every   time.Duration
-	beat    *time.Timer
-	started time.Time
-	last    atomic.Int64 // time since started of the last upstream event
+	every time.Duration
+	beat  *time.Timer
+	dog   *limiter.Watchdog // its last Touch puts the next heartbeat off
 
 	unregister []func() bool
 }
 
 func (rc *relayControl) init(ex *exchange, w *bufio.Writer) {
-	rc.ex, rc.w, rc.started = ex, w, time.Now()
+	rc.ex, rc.w = ex, w
 }
 
 // stopOn stops the relay with why when ctx ends, if cond (when not nil)
@@ -62,12 +62,12 @@ func (rc *relayControl) stopOn(ctx context.Context, why stopReason, cond func() 
 }
 
 // heartbeats writes an SSE comment to the client whenever the upstream has
-// been silent for every; a heartbeat that finds the client gone stops the
-// relay unless the exchange is detached.
-func (rc *relayControl) heartbeats(every time.Duration) {
+// been silent (no dog.Touch) for every; a heartbeat that finds the client
+// gone stops the relay unless the exchange is detached.
+func (rc *relayControl) heartbeats(every time.Duration, dog *limiter.Watchdog) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	rc.every = every
+	rc.every, rc.dog = every, dog
 	rc.beat = time.AfterFunc(every, rc.onBeat)
 }
 
@@ -77,7 +77,7 @@ func (rc *relayControl) onBeat() {
 	if rc.done {
 		return
 	}
-	if wait := rc.every - (time.Since(rc.started) - time.Duration(rc.last.Load())); wait > 0 {
+	if wait := rc.every - rc.dog.Silence(); wait > 0 {
 		rc.beat.Reset(wait)
 		return
 	}
@@ -88,9 +88,6 @@ func (rc *relayControl) onBeat() {
 	}
 	rc.beat.Reset(rc.every)
 }
-
-// touched records an upstream event, which puts the next heartbeat off.
-func (rc *relayControl) touched() { rc.last.Store(int64(time.Since(rc.started))) }
 
 // write sends b to the client and flushes it unless more follows at once;
 // after the first failure it writes nothing and reports the client gone.
