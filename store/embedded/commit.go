@@ -74,13 +74,20 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	case <-s.stop:
 		return unavailable(errClosed)
 	}
+	var err error
 	select {
-	case err := <-o.done:
-		if err != nil {
-			return unavailable(err)
-		}
-		return nil
+	case err = <-o.done:
 	case <-s.stopped:
-		return unavailable(errClosed)
+		// The loop answers every op it took before it stops: an answer
+		// here is whether this one committed.
+		select {
+		case err = <-o.done:
+		default:
+			return unavailable(errClosed)
+		}
 	}
+	if err != nil {
+		return unavailable(err)
+	}
+	return nil
 }

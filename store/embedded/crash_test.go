@@ -2,11 +2,15 @@ package embedded_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,12 +27,18 @@ const crashEnv = "CHRONICLE_STORE_CRASH_DIR"
 const crashThreads = 4
 
 // turnMsgs returns turn i's user and assistant messages: a whole turn is
-// both, in one Finish.
+// both, in one Finish. Every fourth reply is large (kept in a file of its
+// own, outside the bbolt file).
 func turnMsgs(thread, i int) ([][]byte, []store.Hash) {
 	u := []byte(fmt.Sprintf(`{"role":"user","content":"thread %d turn %d"}`, thread, i))
 	a := []byte(fmt.Sprintf(`{"role":"assistant","content":"reply %d/%d"}`, thread, i))
+	if isLargeTurn(i) {
+		a = []byte(fmt.Sprintf(`{"role":"assistant","content":"reply %d/%d %s"}`, thread, i, strings.Repeat("z", 200<<10)))
+	}
 	return [][]byte{u, a}, []store.Hash{storetest.HashOf(u), storetest.HashOf(a)}
 }
+
+func isLargeTurn(i int) bool { return i%4 == 3 }
 
 // TestMain lets the test binary act as the crash child.
 func TestMain(m *testing.M) {
@@ -90,8 +100,9 @@ func crashChild(dir string) {
 }
 
 // TestCrashWholeTurns kills a writer with SIGKILL mid-flight, several times,
-// and checks after each reopen that every thread holds whole turns only and
-// every completed run's turn is there.
+// and checks after each reopen that every thread holds whole turns only,
+// every completed run's turn is there, and every large message's file is
+// there with no file left over.
 func TestCrashWholeTurns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test re-executes the test binary")
@@ -128,6 +139,7 @@ func TestCrashWholeTurns(t *testing.T) {
 			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
 		}
 		ctx := context.Background()
+		largeMsgs := 0
 		for th := range crashThreads {
 			k := store.Key{Tenant: "crash", Thread: "th-" + strconv.Itoa(th)}
 			thr, err := s.LoadThread(ctx, k)
@@ -142,8 +154,10 @@ func TestCrashWholeTurns(t *testing.T) {
 				m, _ := turnMsgs(th, i)
 				want = append(want, m...)
 			}
-			if diff := cmp.Diff(want, thr.Messages); diff != "" {
-				t.Fatalf("round %d thread %d (-want +got):\n%s", round, th, diff)
+			// cmp.Diff crawls over the large messages: only a difference
+			// needs its report.
+			if !slices.EqualFunc(want, thr.Messages, bytes.Equal) {
+				t.Fatalf("round %d thread %d (-want +got):\n%s", round, th, cmp.Diff(want, thr.Messages))
 			}
 			runs, err := s.ListRuns(ctx, k)
 			if err != nil {
@@ -158,6 +172,18 @@ func TestCrashWholeTurns(t *testing.T) {
 			if completed != len(thr.Messages)/2 {
 				t.Fatalf("round %d thread %d: %d completed runs, %d turns", round, th, completed, len(thr.Messages)/2)
 			}
+			for i := 0; i < len(thr.Messages)/2; i++ {
+				if isLargeTurn(i) {
+					largeMsgs++
+				}
+			}
+		}
+		files, err := os.ReadDir(filepath.Join(dir, "blobs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if largeMsgs == 0 || len(files) != largeMsgs {
+			t.Fatalf("round %d: %d files for %d large messages", round, len(files), largeMsgs)
 		}
 		// Runs the killed child left running hold leases: sweep with a
 		// clock past their expiry so the next child can continue.

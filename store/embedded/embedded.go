@@ -23,6 +23,10 @@
 //	active/<tenant>\x00<thread>\x00<run>    running runs, for Sweep
 //	evexp/<u64 expiry ms><tenant>\x00<thread>\x00<run>   event logs to drop
 //	sess/<connection>\x00<model>            session id
+//	blob/<name>                             thread id of the file blobs/<name>
+//
+// A message, response or upstream body of 128 KiB or more is a file in
+// blobs/ and its row a reference to it (blobs.go).
 package embedded
 
 import (
@@ -61,8 +65,9 @@ type Options struct {
 
 // Store is the embedded backend. It is safe for concurrent use.
 type Store struct {
-	db   *bolt.DB
-	opts Options
+	db      *bolt.DB
+	opts    Options
+	blobDir string
 
 	ops     chan op
 	stop    chan struct{}
@@ -98,7 +103,8 @@ var (
 	bEv   = []byte("ev")
 )
 
-// Open opens (creating if needed) the store in dir/chronicle.db.
+// Open opens (creating if needed) the store in dir: dir/chronicle.db and
+// the large values' files in dir/blobs.
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.EventRetention <= 0 {
 		opts.EventRetention = 24 * time.Hour
@@ -106,7 +112,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, blobDir), 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
 	db, err := bolt.Open(filepath.Join(dir, "chronicle.db"), 0o600, &bolt.Options{Timeout: 5 * time.Second, NoSync: opts.NoSync, FreelistType: bolt.FreelistMapType})
@@ -114,7 +120,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("embedded: open: %w", err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bThreads, bIdx, bGidx, bUpd, bRunIDs, bActive, bEvExp, bSess} {
+		for _, b := range [][]byte{bThreads, bIdx, bGidx, bUpd, bRunIDs, bActive, bEvExp, bSess, bBlob} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -125,7 +131,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("embedded: init: %w", err)
 	}
-	s := &Store{db: db, opts: opts, ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), waiters: map[string]chan struct{}{}}
+	s := &Store{db: db, opts: opts, blobDir: filepath.Join(dir, blobDir), ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), waiters: map[string]chan struct{}{}}
+	if err := s.sweepBlobs(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("embedded: large values: %w", err)
+	}
 	go s.committer()
 	return s, nil
 }
@@ -309,10 +319,16 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	}
 	var th store.Thread
 	found := false
-	err := s.view(func(tx *bolt.Tx) error {
-		var err error
-		th, found, err = readThread(tx, k)
-		return err
+	err := readAgain(func() error {
+		err := s.view(func(tx *bolt.Tx) error {
+			var err error
+			th, found, err = readThread(tx, k)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		return s.loadAll(th.Messages)
 	})
 	if err != nil {
 		return store.Thread{}, err
@@ -359,7 +375,8 @@ func transcriptDigest(tx *bolt.Tx, k store.Key) string {
 }
 
 // readThread reads the thread's meta and messages inside tx (read or
-// write); found is false for a thread without a saved transcript.
+// write); found is false for a thread without a saved transcript. A large
+// message comes back as its reference, for loadAll once tx is over.
 func readThread(tx *bolt.Tx, k store.Key) (th store.Thread, found bool, err error) {
 	th, n, found, err := threadMetaOf(tx, k)
 	if err != nil || !found {
@@ -425,14 +442,21 @@ func applied(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) bool {
 	return true
 }
 
-// writeTranscript applies a checked transcript and bumps the version.
-func writeTranscript(tb *bolt.Bucket, m *threadMeta, t *store.Transcript, now int64) error {
+// writeTranscript applies a checked transcript and bumps the version. t's
+// large messages are references to files w staged (w.transcript).
+func writeTranscript(tx *bolt.Tx, tb *bolt.Bucket, m *threadMeta, t *store.Transcript, w *blobWrite, thread []byte, now int64) error {
 	if applied(tb, m, t) {
 		return nil
 	}
 	mb := tb.Bucket(bMsgs)
 	for i := t.Keep; i < m.Msgs; i++ {
-		if err := mb.Delete(u32(i)); err != nil {
+		key := u32(i)
+		if old := mb.Get(key); len(old) > 16 {
+			if err := w.drop(tx, old[16:]); err != nil {
+				return err
+			}
+		}
+		if err := mb.Delete(key); err != nil {
 			return err
 		}
 	}
@@ -441,6 +465,9 @@ func writeTranscript(tb *bolt.Bucket, m *threadMeta, t *store.Transcript, now in
 		copy(v, t.Hashes[i][:])
 		copy(v[16:], msg)
 		if err := mb.Put(u32(t.Keep+i), v); err != nil {
+			return err
+		}
+		if err := w.use(tx, msg, thread); err != nil {
 			return err
 		}
 	}
@@ -501,9 +528,19 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 	if err := t.Check(); err != nil {
 		return err
 	}
+	w := s.blobWrite()
+	stored, err := w.transcript(&t)
+	if err == nil {
+		err = w.sync()
+	}
+	if err != nil {
+		w.end(err)
+		return err
+	}
 	var refused error
-	err := s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		refused = nil
+		w.begin()
 		tb := threadBucket(tx, l.Key)
 		if tb == nil {
 			refused = fmt.Errorf("thread %s: %w", l.Key, store.ErrFenced)
@@ -516,10 +553,10 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 		if refused = fence(&m, l); refused != nil {
 			return nil
 		}
-		if refused = checkTranscript(tb, &m, &t); refused != nil {
+		if refused = checkTranscript(tb, &m, stored); refused != nil {
 			return nil
 		}
-		if err := writeTranscript(tb, &m, &t, s.now()); err != nil {
+		if err := writeTranscript(tx, tb, &m, stored, w, threadID(l.Key), s.now()); err != nil {
 			return err
 		}
 		if err := putJSON(tb, kMeta, &m); err != nil {
@@ -527,6 +564,7 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 		}
 		return touchIndex(tx, l.Key, &m)
 	})
+	w.end(err)
 	if err != nil {
 		return err
 	}
@@ -539,11 +577,21 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 		return err
 	}
 	var runs []string
+	w := s.blobWrite()
 	err := s.update(func(tx *bolt.Tx) error {
 		runs = runs[:0]
+		w.begin()
 		tb := threadBucket(tx, k)
 		if tb == nil {
 			return nil
+		}
+		for _, b := range []struct {
+			name []byte
+			skip int
+		}{{bMsgs, len(store.Hash{})}, {bResp, 0}, {bUp, 0}} {
+			if err := w.dropAll(tx, tb.Bucket(b.name), b.skip); err != nil {
+				return err
+			}
 		}
 		rb := tb.Bucket(bRuns)
 		err := rb.ForEach(func(id, v []byte) error {
@@ -577,6 +625,7 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 		}
 		return tx.Bucket(bThreads).DeleteBucket(id)
 	})
+	w.end(err)
 	for _, r := range runs {
 		s.notify(runKey(k, r))
 	}

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -168,6 +169,18 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 	if err != nil {
 		return store.Started{}, err
 	}
+	if res.ThreadFound {
+		// Large messages are read once the writer is free. Only a delete
+		// of the thread can remove their files in between.
+		if err := s.loadAll(res.Thread.Messages); errors.Is(err, errBlobGone) {
+			res.Thread, err = s.LoadThread(ctx, k)
+			if err != nil {
+				return store.Started{}, err
+			}
+		} else if err != nil {
+			return store.Started{}, err
+		}
+	}
 	return res, refused
 }
 
@@ -269,9 +282,27 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	if err := store.CheckFinish(&f); err != nil {
 		return err
 	}
+	w := s.blobWrite()
+	tr, err := w.transcript(f.Transcript)
+	resp, up := f.Response, f.UpstreamBody
+	if err == nil {
+		resp, err = w.put(resp)
+	}
+	if err == nil {
+		up, err = w.put(up)
+	}
+	if err == nil {
+		err = w.sync()
+	}
+	if err != nil {
+		w.end(err)
+		return err
+	}
+	thread := threadID(l.Key)
 	var refused error
-	err := s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		refused = nil
+		w.begin()
 		tb := threadBucket(tx, l.Key)
 		if tb == nil {
 			refused = fmt.Errorf("thread %s: %w", l.Key, store.ErrFenced)
@@ -311,14 +342,14 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 				return nil
 			}
 		}
-		if f.Transcript != nil {
-			if refused = checkTranscript(tb, &m, f.Transcript); refused != nil {
+		if tr != nil {
+			if refused = checkTranscript(tb, &m, tr); refused != nil {
 				return nil
 			}
 		}
 		now := s.now()
-		if f.Transcript != nil {
-			if err := writeTranscript(tb, &m, f.Transcript, now); err != nil {
+		if tr != nil {
+			if err := writeTranscript(tx, tb, &m, tr, w, thread, now); err != nil {
 				return err
 			}
 		}
@@ -329,18 +360,24 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		if err := putJSON(tb.Bucket(bRuns), []byte(l.RunID), r); err != nil {
 			return err
 		}
-		if f.Response != nil {
-			if err := tb.Bucket(bResp).Put([]byte(l.RunID), f.Response); err != nil {
+		if resp != nil {
+			if err := tb.Bucket(bResp).Put([]byte(l.RunID), resp); err != nil {
+				return err
+			}
+			if err := w.use(tx, resp, thread); err != nil {
 				return err
 			}
 		}
-		if f.UpstreamBody != nil {
+		if up != nil {
 			// A thread bucket made before up/ existed lacks it.
 			ub, err := tb.CreateBucketIfNotExists(bUp)
 			if err != nil {
 				return err
 			}
-			if err := ub.Put([]byte(l.RunID), f.UpstreamBody); err != nil {
+			if err := ub.Put([]byte(l.RunID), up); err != nil {
+				return err
+			}
+			if err := w.use(tx, up, thread); err != nil {
 				return err
 			}
 		}
@@ -395,6 +432,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 		}
 		return touchIndex(tx, l.Key, &m)
 	})
+	w.end(err)
 	if err == nil && refused == nil {
 		s.notify(runKey(l.Key, l.RunID))
 	}
@@ -434,24 +472,33 @@ func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, 
 	}
 	var run store.Run
 	found := false
-	err := s.view(func(tx *bolt.Tx) error {
-		tb := threadBucket(tx, k)
-		if tb == nil {
+	err := readAgain(func() error {
+		found = false
+		err := s.view(func(tx *bolt.Tx) error {
+			tb := threadBucket(tx, k)
+			if tb == nil {
+				return nil
+			}
+			r, err := getRun(tb, id)
+			if err != nil || r == nil {
+				return err
+			}
+			found = true
+			if run, err = s.runView(tb, k, id, r); err != nil {
+				return err
+			}
+			run.Response = clone(tb.Bucket(bResp).Get([]byte(id)))
+			if ub := tb.Bucket(bUp); ub != nil {
+				run.UpstreamBody = clone(ub.Get([]byte(id)))
+			}
 			return nil
+		})
+		if err == nil && found {
+			if run.Response, err = s.load(run.Response); err == nil {
+				run.UpstreamBody, err = s.load(run.UpstreamBody)
+			}
 		}
-		r, err := getRun(tb, id)
-		if err != nil || r == nil {
-			return err
-		}
-		found = true
-		if run, err = s.runView(tb, k, id, r); err != nil {
-			return err
-		}
-		run.Response = clone(tb.Bucket(bResp).Get([]byte(id)))
-		if ub := tb.Bucket(bUp); ub != nil {
-			run.UpstreamBody = clone(ub.Get([]byte(id)))
-		}
-		return nil
+		return err
 	})
 	if err == nil && !found {
 		err = fmt.Errorf("run %s/%s: %w", k, id, store.ErrNotFound)

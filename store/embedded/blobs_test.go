@@ -1,0 +1,219 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/storetest"
+)
+
+func bigMessage(c byte, n int) ([]byte, store.Hash) {
+	m := []byte(`{"role":"user","content":"` + strings.Repeat(string(c), n) + `"}`)
+	return m, storetest.HashOf(m)
+}
+
+// blobFiles returns the names in dir/blobs.
+func blobFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, blobDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// registered counts the blob bucket's names.
+func registered(t *testing.T, s *Store) int {
+	t.Helper()
+	n := 0
+	if err := s.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bBlob).Stats().KeyN; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLargeValuesLiveInFiles: a message or body of blobMin bytes or more
+// never enters the bbolt file (the single writer would copy and sync it
+// while every other write waits); it is a file of its own, and no file
+// outlives its value: not after a refused write, a retried one, a rewrite,
+// a delete, or a crash between writing a file and committing it.
+func TestLargeValuesLiveInFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	k := store.Key{Tenant: "t", Thread: "blobs"}
+	want := func(what string, files int) {
+		t.Helper()
+		if got := blobFiles(t, dir); len(got) != files {
+			t.Fatalf("%s: %d files %v, want %d", what, len(got), got, files)
+		}
+		if n := registered(t, s); n != files {
+			t.Fatalf("%s: %d names registered, want %d", what, n, files)
+		}
+	}
+	start := func(run string) store.Lease {
+		t.Helper()
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Lease
+	}
+	load := func(what string, msgs ...[]byte) {
+		t.Helper()
+		th, err := s.LoadThread(ctx, k)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if len(th.Messages) != len(msgs) {
+			t.Fatalf("%s: %d messages, want %d", what, len(th.Messages), len(msgs))
+		}
+		for i := range msgs {
+			if !bytes.Equal(th.Messages[i], msgs[i]) {
+				t.Fatalf("%s: message %d differs (%d bytes, want %d)", what, i, len(th.Messages[i]), len(msgs[i]))
+			}
+		}
+	}
+
+	small, smallH := storetest.Msgs(0, 3)
+	big1, big1H := bigMessage('a', 3<<20)
+	big2, big2H := bigMessage('b', blobMin)
+	l := start("r1")
+	tr := store.Transcript{Messages: [][]byte{small[0], big1, big2}, Hashes: []store.Hash{smallH[0], big1H, big2H}}
+	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+		t.Fatal(err)
+	}
+	want("first turn", 2)
+	load("first turn", small[0], big1, big2)
+	if fi, err := os.Stat(filepath.Join(dir, "chronicle.db")); err != nil || fi.Size() >= 1<<20 {
+		t.Fatalf("chronicle.db holds %d bytes after 3 MB of messages (%v)", fi.Size(), err)
+	}
+
+	// A retried finish stages its files again and keeps none of them.
+	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+		t.Fatalf("retried finish: %v", err)
+	}
+	want("retried finish", 2)
+
+	// A stale lease's write is refused and leaves no file.
+	big3, big3H := bigMessage('c', 1<<20)
+	more := store.Transcript{Keep: 3, KeepHash: big2H, Messages: [][]byte{big3}, Hashes: []store.Hash{big3H}}
+	if err := s.SaveTranscript(ctx, l, more); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("stale save: %v", err)
+	}
+	want("refused save", 2)
+
+	// A rewrite of the tail removes the files of what it replaced; a small
+	// response that begins with \x00 goes to a file, so that a row
+	// beginning with \x00 is always a reference.
+	l = start("r2")
+	tr = store.Transcript{Keep: 1, KeepHash: smallH[0], Messages: [][]byte{big3, small[1]}, Hashes: []store.Hash{big3H, smallH[1]}}
+	resp, up := []byte("\x00not json"), bytes.Repeat([]byte("u"), blobMin+1)
+	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr, Response: resp, UpstreamBody: up}); err != nil {
+		t.Fatal(err)
+	}
+	want("rewritten tail", 3)
+	load("rewritten tail", small[0], big3, small[1])
+	run, err := s.GetRun(ctx, k, "r2")
+	if err != nil || !bytes.Equal(run.Response, resp) || !bytes.Equal(run.UpstreamBody, up) {
+		t.Fatalf("run bodies: response %q, upstream %d bytes (%v)", run.Response, len(run.UpstreamBody), err)
+	}
+	st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r3", Owner: "o", TTL: time.Minute, LoadThread: true})
+	if err != nil || len(st.Thread.Messages) != 3 || !bytes.Equal(st.Thread.Messages[1], big3) {
+		t.Fatalf("start with load: %d messages (%v)", len(st.Thread.Messages), err)
+	}
+	if err := s.Release(ctx, st.Lease); err != nil {
+		t.Fatal(err)
+	}
+
+	// A file nothing refers to (a crash after writing it, before its
+	// commit) is gone after the next Open; the others stay.
+	orphan := filepath.Join(dir, blobDir, "ORPHAN")
+	if err := os.WriteFile(orphan, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("orphan file after reopen: %v", err)
+	}
+	want("reopened", 3)
+	load("reopened", small[0], big3, small[1])
+
+	if err := s.DeleteThread(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	want("deleted", 0)
+}
+
+// TestReadAfterFileRemoved: a reader whose snapshot still refers to a file
+// that a later commit removed reads again and gets the thread as it is now.
+func TestReadAfterFileRemoved(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := store.Key{Tenant: "t", Thread: "gone"}
+	big, bigH := bigMessage('a', blobMin)
+	small, smallH := storetest.Msgs(0, 1)
+	finish := func(run string, msg []byte, h store.Hash) {
+		t.Helper()
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := store.Transcript{Messages: [][]byte{msg}, Hashes: []store.Hash{h}}
+		if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish("r1", big, bigH)
+
+	var snapshot store.Thread
+	if err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		snapshot, _, err = readThread(tx, k)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	finish("r2", small[0], smallH[0]) // drops the big message's file
+	if err := s.loadAll(snapshot.Messages); !errors.Is(err, errBlobGone) {
+		t.Fatalf("loading a removed file: %v, want errBlobGone", err)
+	}
+
+	reads := 0
+	err = readAgain(func() error {
+		if reads++; reads < 3 {
+			return errBlobGone
+		}
+		return nil
+	})
+	if err != nil || reads != 3 {
+		t.Fatalf("readAgain: %v after %d reads", err, reads)
+	}
+	if th, err := s.LoadThread(ctx, k); err != nil || !bytes.Equal(th.Messages[0], small[0]) {
+		t.Fatalf("load after the rewrite: %v", err)
+	}
+}
