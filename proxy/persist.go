@@ -718,10 +718,13 @@ func (t *turn) finish(o outcome) error {
 	// after the run's end, and so the transcript write knows what is stored.
 	pendingSaved := t.awaitPending()
 	defer t.s.local.Delete(localKey(t.key, t.runID))
+	var tail eventTail
 	if t.events != nil {
-		t.events.close()
+		tail = t.events.close()
 	}
 	f := store.Finish{
+		EventsFrom:       tail.first,
+		Events:           tail.events,
 		Response:         o.response,
 		Repairs:          t.repairs,
 		Restored:         t.restored,
@@ -787,6 +790,9 @@ func (t *turn) finish(o outcome) error {
 		t.s.threads.drop(t.key)
 		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
 		return err
+	}
+	if len(tail.events) > 0 {
+		t.s.metrics.eventLogLag.Observe(time.Since(tail.queuedAt).Seconds())
 	}
 	t.keepTranscript(parts, hashes, replies, pendingSaved)
 	t.s.metrics.runs(f.Status)
@@ -1035,10 +1041,21 @@ func (l *eventLog) due() {
 	}
 }
 
-// close writes what is queued and returns once every write is done. A log
-// still waiting for a writer is written here, at once.
-func (l *eventLog) close() {
+// eventTail is what an event log still holds when its run ends: the run's
+// Finish appends it in its own step, so that the last batch costs no store
+// write of its own while the client waits for its last event.
+type eventTail struct {
+	first    int64
+	events   [][]byte
+	queuedAt time.Time // when the oldest was relayed
+}
+
+// close ends the log once no writer is busy with it, and returns what is
+// still queued (none after a failed write: the log stops at its gap). A
+// log still waiting for a writer is not written by one.
+func (l *eventLog) close() eventTail {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.closing = true
 	if l.armed && l.timer.Stop() {
 		l.armed = false
@@ -1047,8 +1064,14 @@ func (l *eventLog) close() {
 	for l.armed || l.writing {
 		l.idle.Wait()
 	}
-	l.mu.Unlock()
-	l.write()
+	l.queued = false
+	if l.failed || len(l.events) == 0 {
+		return eventTail{}
+	}
+	tail := eventTail{first: l.next, events: l.events, queuedAt: l.firstAt}
+	l.next += int64(len(l.events))
+	l.events = nil
+	return tail
 }
 
 // writeQueued is a writer's turn at the log, unless close took it over.

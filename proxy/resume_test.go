@@ -291,6 +291,52 @@ func TestResumeReconnect(t *testing.T) {
 	}
 }
 
+// TestStreamLogTailGoesWithFinish: the events a stream's log still holds
+// when its run ends are stored by the run's finish, in the same step, so
+// the client's last event waits for one store write, not two. With a batch
+// window far longer than the stream (no chunk delay), it makes no event-log write of
+// its own, and its replay is still whole.
+func TestStreamLogTailGoesWithFinish(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			m := startMock(t)
+			p := startProxyWith(t, m, resumeConfig+"store: {event_batch_window: 1s}\n", b.open(t))
+			for _, c := range resumeCases {
+				thread := "t-tail-" + c.name
+				// 20 deltas: fewer events than make a batch due at once.
+				resp, whole := do(t, "POST", p.URL+c.path, c.body, hdrs(c.auth, "X-Thread-Id", thread, "X-Mock-Scenario", "synthetic", "X-Mock-Chunks", "20")...)
+				runID := resp.Header.Get("X-Run-Id")
+				if resp.StatusCode != 200 || runID == "" {
+					t.Fatalf("%s: stream %d, X-Run-Id %q: %s", c.name, resp.StatusCode, runID, whole)
+				}
+				want := sseBlocks(t, whole)
+				got := replayed(t, readBody(t, follow(t, p, c.auth, thread, runID, "after", 0)), 0)
+				if strings.Join(got, "") != strings.Join(want, "") {
+					t.Fatalf("%s: replay has %d events %q, want %q", c.name, len(got), got, want)
+				}
+			}
+			_, metrics := do(t, "GET", p.URL+"/metrics", "")
+			if strings.Contains(string(metrics), `op="append_events"`) {
+				t.Fatalf("short streams wrote their event logs apart from their finish:\n%s", grepLines(string(metrics), "chronicle_store_operation_seconds_count"))
+			}
+			if want := fmt.Sprintf(`chronicle_store_operation_seconds_count{op="finish"} %d`, len(resumeCases)); !strings.Contains(string(metrics), want) {
+				t.Fatalf("metrics lack %s:\n%s", want, grepLines(string(metrics), "chronicle_store_operation_seconds_count"))
+			}
+		})
+	}
+}
+
+// grepLines returns text's lines that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // TestResumeSkipsComments: SSE comments the upstream sends (DeepSeek's
 // ": keep-alive") reach the live client but are not events: the replay is
 // the live stream without them, and ids count events only.

@@ -350,6 +350,14 @@ type Finish struct {
 	// Resumes names the parked run whose calls this run answered; its
 	// resumed_by becomes this run.
 	Resumes string
+	// Events, numbered EventsFrom, EventsFrom+1, …, end the run's event
+	// log in the finish's own step, as AppendEvents would append them: a
+	// stream's last batch then costs no store write of its own before the
+	// client gets its last event. Events that would leave a gap are
+	// dropped (the log ends short, as after a failed AppendEvents) and the
+	// run finishes all the same.
+	EventsFrom int64
+	Events     [][]byte
 }
 
 // Event is one entry of a run's event log; Seq is 1-based.
@@ -491,6 +499,9 @@ func CheckFinish(f *Finish) error {
 		if err := ValidID(f.Resumes); err != nil {
 			return err
 		}
+	}
+	if len(f.Events) > 0 && f.EventsFrom < 1 {
+		return fmt.Errorf("%w: finish events start at %d", ErrInvalid, f.EventsFrom)
 	}
 	return nil
 }

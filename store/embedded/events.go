@@ -45,43 +45,14 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 	}
 	var refused error
 	err := s.update(func(tx *bolt.Tx) error {
-		tb, m, r, err, ref := leased(tx, l)
+		tb, _, r, err, ref := leased(tx, l)
 		if refused = ref; err != nil || ref != nil {
 			return err
 		}
-		_ = m
-		n := r.Events
-		if first > n+1 {
-			refused = fmt.Errorf("run %s has %d events, append starts at %d: %w", l.RunID, n, first, store.ErrConflict)
-			return nil
-		}
-		if first+int64(len(events))-1 <= n {
-			return nil // already stored
-		}
-		eb, err := tb.Bucket(bEv).CreateBucketIfNotExists([]byte(l.RunID))
-		if err != nil {
+		var changed bool
+		if changed, refused, err = s.appendEvents(tb, l.RunID, r, first, events); err != nil || !changed {
 			return err
 		}
-		eb.FillPercent = 1 // sequential keys
-		for i, ev := range events {
-			seq := first + int64(i)
-			if seq <= n {
-				continue
-			}
-			if err := eb.Put(u64(uint64(seq)), ev); err != nil {
-				return err
-			}
-			n = seq
-		}
-		if max := s.opts.MaxEvents; max > 0 && n > max {
-			c := eb.Cursor()
-			for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) <= n-max; k, _ = c.First() {
-				if err := c.Delete(); err != nil {
-					return err
-				}
-			}
-		}
-		r.Events = n
 		return putJSON(tb.Bucket(bRuns), []byte(l.RunID), r)
 	})
 	if err == nil && refused == nil {
@@ -91,6 +62,44 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 		return err
 	}
 	return refused
+}
+
+// appendEvents stores events first, first+1, … of run r, skipping those
+// stored already, and counts them in r; the caller writes r back when it
+// changed. A gap is refused.
+func (s *Store) appendEvents(tb *bolt.Bucket, run string, r *runRec, first int64, events [][]byte) (changed bool, refused, err error) {
+	n := r.Events
+	if first > n+1 {
+		return false, fmt.Errorf("run %s has %d events, append starts at %d: %w", run, n, first, store.ErrConflict), nil
+	}
+	if first+int64(len(events))-1 <= n {
+		return false, nil, nil // already stored
+	}
+	eb, err := tb.Bucket(bEv).CreateBucketIfNotExists([]byte(run))
+	if err != nil {
+		return false, nil, err
+	}
+	eb.FillPercent = 1 // sequential keys
+	for i, ev := range events {
+		seq := first + int64(i)
+		if seq <= n {
+			continue
+		}
+		if err := eb.Put(u64(uint64(seq)), ev); err != nil {
+			return false, nil, err
+		}
+		n = seq
+	}
+	if max := s.opts.MaxEvents; max > 0 && n > max {
+		c := eb.Cursor()
+		for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) <= n-max; k, _ = c.First() {
+			if err := c.Delete(); err != nil {
+				return false, nil, err
+			}
+		}
+	}
+	r.Events = n
+	return true, nil, nil
 }
 
 const followBatch = 256

@@ -353,6 +353,12 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 				return err
 			}
 		}
+		if len(f.Events) > 0 {
+			// A gap drops the events, not the finish (store.Finish).
+			if _, _, err := s.appendEvents(tb, l.RunID, r, f.EventsFrom, f.Events); err != nil {
+				return err
+			}
+		}
 		applyFinish(r, &f, now)
 		if err := s.expireEvents(tx, l.Key, l.RunID, r, now); err != nil {
 			return err

@@ -22,14 +22,9 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 	if len(events) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 5+len(events))
-	args = append(args, l.RunID, l.Token, first, s.opts.EventRetention.Milliseconds(), s.opts.MaxEvents)
-	for _, e := range events {
-		args = append(args, e)
-	}
 	// A batch, so concurrent runs' event writes share round trips.
 	b := s.batch(ctx)
-	cmd := b.script(appendScript, []string{s.meta(l.Key)}, args...)
+	cmd := s.queueAppend(b, l, first, events)
 	if err := b.exec(s); err != nil {
 		return mapErr(err)
 	}
@@ -41,6 +36,16 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 		return fmt.Errorf("run %s has %s events, append starts at %d: %w", l.RunID, str(r[1]), first, store.ErrConflict)
 	}
 	return nil
+}
+
+// queueAppend queues the append script for events first, first+1, … in b.
+func (s *Store) queueAppend(b *batch, l store.Lease, first int64, events [][]byte) *redis.Cmd {
+	args := make([]any, 0, 5+len(events))
+	args = append(args, l.RunID, l.Token, first, s.opts.EventRetention.Milliseconds(), s.opts.MaxEvents)
+	for _, e := range events {
+		args = append(args, e)
+	}
+	return b.script(appendScript, []string{s.meta(l.Key)}, args...)
 }
 
 // followBlock bounds one blocking XREAD, so a cancelled context is noticed.

@@ -422,6 +422,12 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	}
 	args = append(args, f.Model)
 	b := s.batch(ctx)
+	if len(f.Events) > 0 {
+		// Ahead of the finish script, in the same round trip. Its answer
+		// is not read: a gap drops the events (store.Finish), and a fenced
+		// lease is the finish script's to report.
+		s.queueAppend(b, l, f.EventsFrom, f.Events)
+	}
 	for _, body := range []struct {
 		field string
 		v     []byte

@@ -77,6 +77,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"ConcurrentFinish", testConcurrentFinish},
 		{"Events", testEvents},
 		{"FollowLive", testFollowLive},
+		{"FinishEndsEventLog", testFinishEvents},
 		{"RetryTwice", testRetryTwice},
 		{"Delete", testDelete},
 		{"LargeMessages", testLargeMessages},
@@ -770,6 +771,79 @@ func testEvents(t *testing.T, h *harness) {
 	stop := errors.New("stop")
 	err = h.s.FollowEvents(h.ctx, k, "r", 0, func(store.Event) error { return stop })
 	wantErr(t, "fn error", err, stop)
+}
+
+// testFinishEvents: a finish may carry the event log's last batch; it is
+// appended as AppendEvents would, in the same step, and a gap drops the
+// events but not the finish.
+func testFinishEvents(t *testing.T, h *harness) {
+	k := store.Key{Tenant: "t", Thread: "finev"}
+	check := func(run string, want []store.Event) {
+		t.Helper()
+		if diff := cmp.Diff(want, collect(t, h, k, run, 0)); diff != "" {
+			t.Fatalf("%s: replay (-want +got):\n%s", run, diff)
+		}
+		if r := h.run(k, run); r.Events != int64(len(want)) || r.Status != store.Completed {
+			t.Fatalf("%s: %s with %d events, want completed with %d", run, r.Status, r.Events, len(want))
+		}
+	}
+
+	// A live follower sees the finish's events and then the end.
+	l := h.start(k, "r1")
+	if err := h.s.AppendEvents(h.ctx, l, 1, datas(events(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	followed := make(chan []store.Event, 1)
+	go func() {
+		var got []store.Event
+		err := h.s.FollowEvents(h.ctx, k, "r1", 0, func(e store.Event) error {
+			got = append(got, e)
+			if e.Seq == 3 {
+				close(ready)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("follow: %v", err)
+		}
+		followed <- got
+	}()
+	<-ready
+	// The batch overlaps what is stored (a retried append): only 4..6 are new.
+	f := store.Finish{Status: store.Completed, EventsFrom: 3, Events: datas(events(3, 6))}
+	h.finish(l, f)
+	if diff := cmp.Diff(events(1, 6), <-followed); diff != "" {
+		t.Fatalf("follower (-want +got):\n%s", diff)
+	}
+	check("r1", events(1, 6))
+	// A retried finish changes nothing.
+	if err := h.s.Finish(h.ctx, l, f); err != nil {
+		t.Fatalf("retried finish: %v", err)
+	}
+	check("r1", events(1, 6))
+
+	// A run's whole log in its finish, with its transcript.
+	l = h.start(k, "r2")
+	msgs, hashes := Msgs(0, 2)
+	tr := store.Diff(nil, msgs, hashes)
+	h.finish(l, store.Finish{Status: store.Completed, Transcript: &tr, EventsFrom: 1, Events: datas(events(1, 4))})
+	check("r2", events(1, 4))
+	if th := h.load(k); len(th.Messages) != 2 {
+		t.Fatalf("transcript with the finish's events: %d messages", len(th.Messages))
+	}
+
+	// A gap: the events are dropped, the run finishes.
+	l = h.start(k, "r3")
+	if err := h.s.AppendEvents(h.ctx, l, 1, datas(events(1, 2))); err != nil {
+		t.Fatal(err)
+	}
+	h.finish(l, store.Finish{Status: store.Completed, EventsFrom: 5, Events: datas(events(5, 6))})
+	check("r3", events(1, 2))
+
+	l = h.start(k, "r4")
+	err := h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed, Events: datas(events(1, 1))})
+	wantErr(t, "finish events without a first number", err, store.ErrInvalid)
 }
 
 func testFollowLive(t *testing.T, h *harness) {
