@@ -71,10 +71,7 @@ func (w *blobWrite) put(v []byte) ([]byte, error) {
 		return nil, unavailable(err)
 	}
 	w.staged = append(w.staged, stagedBlob{name: name})
-	_, err = f.Write(v)
-	if err == nil {
-		err = f.Sync()
-	}
+	err = writeSynced(f, v)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -111,6 +108,28 @@ func (w *blobWrite) transcript(t *store.Transcript) (*store.Transcript, error) {
 	out := *t
 	out.Messages = msgs
 	return &out, nil
+}
+
+// blobSyncStep is how much of a large value is written before it is
+// synced: the device then never holds more than this of it ahead of a
+// concurrent commit's fdatasync. Measured on the bench machine beside 4 KiB
+// pwrite+fdatasync commits, a 10 MB file synced once made them wait up to
+// 7–10 ms (p99 5–6 ms); synced every MiB, up to 3 ms (p99 1.9 ms), with
+// the large files written as fast.
+const blobSyncStep = 1 << 20
+
+func writeSynced(f *os.File, v []byte) error {
+	for len(v) > 0 {
+		n := min(len(v), blobSyncStep)
+		if _, err := f.Write(v[:n]); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		v = v[n:]
+	}
+	return nil
 }
 
 // sync makes the staged files' names durable, before a transaction that
