@@ -139,6 +139,7 @@ type workload struct {
 	open    bool    // open loop at --rate
 	pace    float64 // closed loop held to this many requests per second
 	threads bool    // a stable X-Thread-Id per virtual user
+	rotate  int     // > 0: each virtual user moves to a new thread after this many requests
 	noPair  bool    // skip the paired (added latency) phase
 }
 
@@ -292,7 +293,10 @@ func workloads(s *settings) []*workload {
 	if s.ThreadLen > 0 {
 		add(&workload{name: "replace", threads: true, sp: &spec{path: path, body: chatBody(history(s.ThreadLen), false), headers: mockHeaders(s.Chunks, 0)}})
 	}
-	add(&workload{name: "append", threads: true, sp: &spec{path: path, body: chatBody(hi, false),
+	// A thread takes --thread-len/2 turns (user and reply each), so the
+	// upstream gets the same --thread-len messages as in replace mode; a
+	// thread that grew for the whole phase would measure its length.
+	add(&workload{name: "append", threads: true, rotate: max(s.ThreadLen/2, 1), sp: &spec{path: path, body: chatBody(hi, false),
 		headers: append(mockHeaders(s.Chunks, 0), [2]string{"X-Thread-Mode", "append"})}})
 	if s.ThreadLenBig > 0 {
 		add(&workload{name: "replace-long", threads: true, noPair: true, sp: &spec{path: path, body: chatBody(history(s.ThreadLenBig), false), headers: mockHeaders(s.Chunks, 0)}})
@@ -401,6 +405,7 @@ type cellRun struct {
 
 func newCell(s *settings, w *workload, t *target, runTag string) *cellRun {
 	c := &cellRun{s: s, w: w, t: t, row: &Row{Workload: w.name, Target: t.Name}, okByTID: map[string]int{}}
+	turns := map[string][]int{} // per phase, requests each virtual user sent
 	c.tids = func(phase string) func(int) string {
 		if !w.threads {
 			return nil
@@ -409,7 +414,20 @@ func newCell(s *settings, w *workload, t *target, runTag string) *cellRun {
 		for i := range ids {
 			ids[i] = fmt.Sprintf("b%s-%s-%s-%s-%d", runTag, t.short, w.name, phase, i)
 		}
-		return func(i int) string { return ids[i] }
+		if w.rotate <= 0 {
+			return func(i int) string { return ids[i] }
+		}
+		// Kept across the rounds of a phase; each user's count is its own
+		// goroutine's.
+		if turns[phase] == nil {
+			turns[phase] = make([]int, s.Concurrency)
+		}
+		n := turns[phase]
+		return func(i int) string {
+			k := n[i] / w.rotate
+			n[i]++
+			return ids[i] + "-" + strconv.Itoa(k)
+		}
 	}
 	resetPeakRSS(t.proc.pid())
 	return c
