@@ -30,6 +30,10 @@ type target struct {
 	aux       *child // a store process whose CPU is reported beside (redis)
 	persisted bool
 	short     string // for thread ids
+	// fresh starts another process like proc, idle, for a check whose
+	// baseline must not hold what the load phases left (the streams
+	// check's RSS); nil: the check uses proc.
+	fresh func() (*target, error)
 }
 
 // client sends requests to one target: fasthttp, one HostClient for sized

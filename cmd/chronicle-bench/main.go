@@ -233,7 +233,17 @@ func setup(s *settings, st *starter, dir string, rep *Report, logf func(string, 
 		if err != nil {
 			return nil, err
 		}
-		ts = append(ts, &target{Name: "go-httputil", base: u, proc: c, short: "g"})
+		t := &target{Name: "go-httputil", base: u, proc: c, short: "g"}
+		t.fresh = func() (*target, error) {
+			c, u, err := st.startGoProxy(mockURL)
+			if err != nil {
+				return nil, err
+			}
+			f := *t
+			f.base, f.proc = u, c
+			return &f, nil
+		}
+		ts = append(ts, t)
 	}
 	if want(s.Targets, "nginx") {
 		if bin, err := exec.LookPath("nginx"); err != nil {
@@ -246,17 +256,33 @@ func setup(s *settings, st *starter, dir string, rep *Report, logf func(string, 
 			ts = append(ts, &target{Name: "nginx", base: u, proc: c, short: "n"})
 		}
 	}
+	// freshChronicle starts another chronicle like t's, on its own data.
+	freshChronicle := func(t *target, driver, redisURL, prefix string) func() (*target, error) {
+		return func() (*target, error) {
+			c, u, err := st.startChronicle(s.chronicleBin, dir, t.short+"-fresh", mockURL, driver, redisURL, false)
+			if err != nil {
+				return nil, err
+			}
+			f := *t
+			f.base, f.root, f.proc = u+prefix, u, c
+			return &f, nil
+		}
+	}
 	if want(s.Targets, "chronicle-pass") || want(s.Targets, "chronicle-embedded") {
-		c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "embedded", "", s.cpuProfile != "")
+		c, u, err := st.startChronicle(s.chronicleBin, dir, "embedded", mockURL, "embedded", "", s.cpuProfile != "")
 		if err != nil {
 			return nil, err
 		}
 		logf("chronicle (embedded) at %s", u)
 		if want(s.Targets, "chronicle-pass") {
-			ts = append(ts, &target{Name: "chronicle-pass", base: u + "/pass", root: u, proc: c, short: "cp"})
+			t := &target{Name: "chronicle-pass", base: u + "/pass", root: u, proc: c, short: "cp"}
+			t.fresh = freshChronicle(t, "embedded", "", "/pass")
+			ts = append(ts, t)
 		}
 		if want(s.Targets, "chronicle-embedded") {
-			ts = append(ts, &target{Name: "chronicle-embedded", base: u + "/persist", root: u, proc: c, persisted: true, short: "ce"})
+			t := &target{Name: "chronicle-embedded", base: u + "/persist", root: u, proc: c, persisted: true, short: "ce"}
+			t.fresh = freshChronicle(t, "embedded", "", "/persist")
+			ts = append(ts, t)
 		}
 	}
 	if want(s.Targets, "chronicle-redis") {
@@ -264,12 +290,14 @@ func setup(s *settings, st *starter, dir string, rep *Report, logf func(string, 
 		if err != nil {
 			rep.Notes = append(rep.Notes, "no chronicle-redis target: "+err.Error())
 		} else {
-			c, u, err := st.startChronicle(s.chronicleBin, dir, mockURL, "redis", "redis://"+addr+"/0", s.cpuProfile != "")
+			c, u, err := st.startChronicle(s.chronicleBin, dir, "redis", mockURL, "redis", "redis://"+addr+"/0", s.cpuProfile != "")
 			if err != nil {
 				return nil, err
 			}
 			logf("chronicle (redis %s) at %s", addr, u)
-			ts = append(ts, &target{Name: "chronicle-redis", base: u + "/persist", root: u, proc: c, aux: r, persisted: true, short: "cr"})
+			t := &target{Name: "chronicle-redis", base: u + "/persist", root: u, proc: c, aux: r, persisted: true, short: "cr"}
+			t.fresh = freshChronicle(t, "redis", "redis://"+addr+"/0", "/persist")
+			ts = append(ts, t)
 		}
 	}
 	return ts, nil
@@ -372,7 +400,7 @@ func bench(s *settings, ts []*target, rep *Report, logf func(string, ...any)) {
 		sp.ref = ref
 		for _, t := range ts {
 			logf("streams      %s (%d at once)", t.Name, s.Streams)
-			rep.Streams = append(rep.Streams, streamsCheck(t, sp, s.Streams, "b"+runTag+"-"+t.short+"-slow"))
+			rep.Streams = append(rep.Streams, freshStreamsCheck(t, sp, s.Streams, "b"+runTag+"-"+t.short+"-slow"))
 		}
 	}
 	if s.HOLBytes > 0 {

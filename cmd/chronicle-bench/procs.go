@@ -363,14 +363,14 @@ func fetchProfile(root, kind, secs string, d time.Duration, path string) error {
 
 // startChronicle writes a config and starts chronicle; it returns the
 // listening base URL.
-func (s *starter) startChronicle(bin, dir, mockURL, driver, redisURL string, pprof bool) (*child, string, error) {
-	data := filepath.Join(dir, "data-"+driver)
-	cfg := filepath.Join(dir, "chronicle-"+driver+".yaml")
+func (s *starter) startChronicle(bin, dir, name, mockURL, driver, redisURL string, pprof bool) (*child, string, error) {
+	data := filepath.Join(dir, "data-"+name)
+	cfg := filepath.Join(dir, "chronicle-"+name+".yaml")
 	if err := os.WriteFile(cfg, []byte(chronicleConfig(mockURL, driver, data, redisURL, pprof)), 0o600); err != nil {
 		return nil, "", err
 	}
 	lines := make(chan string, 64)
-	c, err := s.start("chronicle-"+driver, s.core(), bin, []string{"serve", "--config", cfg}, lines)
+	c, err := s.start("chronicle-"+name, s.core(), bin, []string{"serve", "--config", cfg}, lines)
 	if err != nil {
 		return nil, "", err
 	}
