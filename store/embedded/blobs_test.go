@@ -193,7 +193,7 @@ func TestReadAfterFileRemoved(t *testing.T) {
 	var snapshot store.Thread
 	if err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		snapshot, _, err = readThread(tx, k)
+		snapshot, _, err = readThread(tx, k, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -322,7 +322,7 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	err := readAgain(func() error {
 		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			th, found, err = readThread(tx, k)
+			th, found, err = readThread(tx, k, nil)
 			return err
 		})
 		if err != nil {
@@ -340,17 +340,25 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 }
 
 // readThreadMeta reads the thread's meta inside tx, without its messages.
-func readThreadMeta(tx *bolt.Tx, k store.Key) (th store.Thread, found bool, err error) {
-	th, _, found, err = threadMetaOf(tx, k)
+func readThreadMeta(tx *bolt.Tx, k store.Key, known *threadMeta) (th store.Thread, found bool, err error) {
+	th, _, found, err = threadMetaOf(tx, k, known)
 	return th, found, err
 }
 
-func threadMetaOf(tx *bolt.Tx, k store.Key) (store.Thread, int, bool, error) {
+// threadMetaOf reads the thread's meta inside tx, or takes it from known
+// (the caller's copy, decoded in the same transaction) when not nil.
+func threadMetaOf(tx *bolt.Tx, k store.Key, known *threadMeta) (store.Thread, int, bool, error) {
 	tb := threadBucket(tx, k)
 	if tb == nil {
 		return store.Thread{}, 0, false, nil
 	}
-	m, err := loadMeta(tb)
+	var m threadMeta
+	var err error
+	if known != nil {
+		m = *known
+	} else {
+		m, err = loadMeta(tb)
+	}
 	if err != nil || m.Created == 0 {
 		return store.Thread{}, 0, false, err
 	}
@@ -377,8 +385,8 @@ func transcriptDigest(tx *bolt.Tx, k store.Key) string {
 // readThread reads the thread's meta and messages inside tx (read or
 // write); found is false for a thread without a saved transcript. A large
 // message comes back as its reference, for loadAll once tx is over.
-func readThread(tx *bolt.Tx, k store.Key) (th store.Thread, found bool, err error) {
-	th, n, found, err := threadMetaOf(tx, k)
+func readThread(tx *bolt.Tx, k store.Key, known *threadMeta) (th store.Thread, found bool, err error) {
+	th, n, found, err := threadMetaOf(tx, k, known)
 	if err != nil || !found {
 		return store.Thread{}, false, err
 	}

@@ -113,7 +113,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 				if res.Run, err = s.runView(tb, k, sr.RunID, r); err != nil {
 					return err
 				}
-				return s.withThread(tx, sr, &res)
+				return s.withThread(tx, sr, &res, nil)
 			}
 		}
 		tb, err := createThreadBucket(tx, k)
@@ -161,7 +161,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		}
 		res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,
 			Lease: store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: m.LeaseSeq, TTL: sr.TTL, Expires: fromMS(exp)}}
-		return s.withThread(tx, sr, &res)
+		return s.withThread(tx, sr, &res, &m)
 	})
 	if lost != "" {
 		s.notify(runKey(k, lost))
@@ -185,14 +185,15 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 }
 
 // withThread reads the thread into res when the start asked for it, in the
-// start's own transaction.
-func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started) error {
+// start's own transaction; m is the thread's meta as the start decoded it
+// (nil: read it).
+func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started, m *threadMeta) error {
 	if !sr.LoadThread {
 		return nil
 	}
 	var err error
 	if sr.KnownDigest != "" {
-		if res.Thread, res.ThreadFound, err = readThreadMeta(tx, sr.Key); err != nil || !res.ThreadFound {
+		if res.Thread, res.ThreadFound, err = readThreadMeta(tx, sr.Key, m); err != nil || !res.ThreadFound {
 			return err
 		}
 		if transcriptDigest(tx, sr.Key) == sr.KnownDigest {
@@ -200,7 +201,7 @@ func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started) e
 			return nil
 		}
 	}
-	res.Thread, res.ThreadFound, err = readThread(tx, sr.Key)
+	res.Thread, res.ThreadFound, err = readThread(tx, sr.Key, m)
 	return err
 }
 
