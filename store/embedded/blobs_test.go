@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -216,4 +217,93 @@ func TestReadAfterFileRemoved(t *testing.T) {
 	if th, err := s.LoadThread(ctx, k); err != nil || !bytes.Equal(th.Messages[0], small[0]) {
 		t.Fatalf("load after the rewrite: %v", err)
 	}
+}
+
+// TestSystemKeptApart: the system blob has a key of its own, so the meta
+// that every start, renewal and finish rewrites stays small; a thread
+// written with the system in its meta (before the key existed) reads the
+// same and moves it on its next transcript write.
+func TestSystemKeptApart(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := store.Key{Tenant: "t", Thread: "sys"}
+	msgs, hashes := storetest.Msgs(0, 2)
+	big := []byte(`{"parts":[{"text":"` + strings.Repeat("s", 300<<10) + `"}]}`)
+	metaOf := func() (threadMeta, []byte) {
+		t.Helper()
+		var m threadMeta
+		var raw, sys []byte
+		if err := s.db.View(func(tx *bolt.Tx) error {
+			tb := threadBucket(tx, k)
+			raw = append(raw, tb.Get(kMeta)...)
+			sys = append(sys, tb.Get(kSys)...)
+			return json.Unmarshal(raw, &m)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(raw) > 1024 {
+			t.Fatalf("meta is %d bytes", len(raw))
+		}
+		return m, sys
+	}
+	turn := func(run string, keep int, system []byte, msgs [][]byte, hashes []store.Hash) {
+		t.Helper()
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := store.Transcript{Keep: keep, Messages: msgs[keep:], Hashes: hashes[keep:], System: system}
+		if keep > 0 {
+			tr.KeepHash = hashes[keep-1]
+		}
+		if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantSystem := func(what string, want []byte) {
+		t.Helper()
+		th, err := s.LoadThread(ctx, k)
+		if err != nil || !bytes.Equal(th.System, want) {
+			t.Fatalf("%s: system of %d bytes, want %d (%v)", what, len(th.System), len(want), err)
+		}
+	}
+
+	turn("r1", 0, big, msgs[:1], hashes[:1])
+	if m, sys := metaOf(); m.System != nil || !bytes.Equal(sys, big) {
+		t.Fatalf("first turn: meta holds %d bytes of system, key %d", len(m.System), len(sys))
+	}
+	wantSystem("first turn", big)
+
+	// A thread as an older binary wrote it: the system in the meta.
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		tb := threadBucket(tx, k)
+		m, err := loadMeta(tb)
+		if err != nil {
+			return err
+		}
+		m.System = []byte(`{"parts":[{"text":"old"}]}`)
+		if err := tb.Delete(kSys); err != nil {
+			return err
+		}
+		return putJSON(tb, kMeta, &m)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantSystem("old layout", []byte(`{"parts":[{"text":"old"}]}`))
+	turn("r2", 1, big, msgs, hashes)
+	if m, sys := metaOf(); m.System != nil || !bytes.Equal(sys, big) {
+		t.Fatalf("moved: meta holds %d bytes of system, key %d", len(m.System), len(sys))
+	}
+	wantSystem("moved", big)
+
+	// Cleared.
+	turn("r3", 2, nil, msgs, hashes)
+	if _, sys := metaOf(); sys != nil {
+		t.Fatalf("cleared: key holds %d bytes", len(sys))
+	}
+	wantSystem("cleared", nil)
 }

@@ -10,6 +10,7 @@
 //
 //	t/<tenant>\x00<thread>/           one bucket per thread
 //	    meta                           JSON threadMeta (lease, counters, summary)
+//	    sys                            the system blob, raw (absent: none)
 //	    msgs/<u32 index>               16-byte hash + raw message
 //	    runs/<run>                     JSON runRec
 //	    resp/<run>                     stored non-stream response body
@@ -95,6 +96,7 @@ var (
 	bSess    = []byte("sess")
 
 	kMeta = []byte("meta")
+	kSys  = []byte("sys")
 	bMsgs = []byte("msgs")
 	bRuns = []byte("runs")
 	bResp = []byte("resp")
@@ -210,11 +212,13 @@ func u64(v uint64) []byte {
 
 // threadMeta is the JSON kept under t/<thread>/meta.
 type threadMeta struct {
-	Created    int64        `json:"c,omitempty"`
-	Updated    int64        `json:"u,omitempty"`
-	Connection string       `json:"conn,omitempty"`
-	Format     string       `json:"fmt,omitempty"`
-	Model      string       `json:"model,omitempty"`
+	Created    int64  `json:"c,omitempty"`
+	Updated    int64  `json:"u,omitempty"`
+	Connection string `json:"conn,omitempty"`
+	Format     string `json:"fmt,omitempty"`
+	Model      string `json:"model,omitempty"`
+	// System is where threads written before the sys key kept the system
+	// blob; the next transcript write moves it there (systemOf).
 	System     []byte       `json:"sys,omitempty"`
 	Version    int64        `json:"v,omitempty"`
 	LeaseRun   string       `json:"lrun,omitempty"`
@@ -363,7 +367,19 @@ func threadMetaOf(tx *bolt.Tx, k store.Key, known *threadMeta) (store.Thread, in
 		return store.Thread{}, 0, false, err
 	}
 	return store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
-		System: clone(m.System), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated)}, m.Msgs, true, nil
+		System: clone(systemOf(tb, &m)), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated)}, m.Msgs, true, nil
+}
+
+// systemOf is the thread's system blob, in place (valid for tx's life). It
+// has a key of its own rather than a field of the meta, which every start,
+// renewal and finish decodes and rewrites: a Gemini systemInstruction of
+// 100 KB would otherwise be base64-encoded and written several times a
+// turn.
+func systemOf(tb *bolt.Bucket, m *threadMeta) []byte {
+	if m.System != nil {
+		return m.System
+	}
+	return tb.Get(kSys)
 }
 
 // transcriptDigest is store.Digest of the thread's stored hashes, read in
@@ -437,7 +453,7 @@ func checkTranscript(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) error 
 // applied reports whether t is already what the thread holds (a retried
 // write), so that applying it again changes nothing, not even the version.
 func applied(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) bool {
-	if m.Msgs != t.Keep+len(t.Messages) || !bytes.Equal(m.System, t.System) || m.Created == 0 {
+	if m.Msgs != t.Keep+len(t.Messages) || !bytes.Equal(systemOf(tb, m), t.System) || m.Created == 0 {
 		return false
 	}
 	mb := tb.Bucket(bMsgs)
@@ -480,7 +496,18 @@ func writeTranscript(tx *bolt.Tx, tb *bolt.Bucket, m *threadMeta, t *store.Trans
 		}
 	}
 	m.Msgs = t.Keep + len(t.Messages)
-	m.System = clone(t.System)
+	if !bytes.Equal(systemOf(tb, m), t.System) || m.System != nil {
+		var err error
+		if t.System == nil {
+			err = tb.Delete(kSys)
+		} else {
+			err = tb.Put(kSys, t.System)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	m.System = nil
 	if t.Connection != "" {
 		m.Connection = t.Connection
 	}
