@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -306,4 +307,61 @@ func TestSystemKeptApart(t *testing.T) {
 		t.Fatalf("cleared: key holds %d bytes", len(sys))
 	}
 	wantSystem("cleared", nil)
+}
+
+// TestReadsDuringRewrites: readers racing rewrites that replace a large
+// message (and remove its file) always get one whole version of the
+// thread, never an error: a read whose file went away reads again.
+func TestReadsDuringRewrites(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := store.Key{Tenant: "t", Thread: "race"}
+	a, aH := bigMessage('a', blobMin)
+	b, bH := bigMessage('b', blobMin+1)
+	write := func(i int) {
+		msg, h := a, aH
+		if i%2 == 1 {
+			msg, h = b, bH
+		}
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r" + strconv.Itoa(i), Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		tr := store.Transcript{Messages: [][]byte{msg}, Hashes: []store.Hash{h}}
+		if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+			t.Error(err)
+		}
+	}
+	write(0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= 150; i++ {
+			write(i)
+		}
+	}()
+	reads := 0
+	for stop := false; !stop; {
+		select {
+		case <-done:
+			stop = true
+		default:
+		}
+		th, err := s.LoadThread(ctx, k)
+		if err != nil {
+			t.Fatalf("read %d during rewrites: %v", reads, err)
+		}
+		if len(th.Messages) != 1 || !(bytes.Equal(th.Messages[0], a) || bytes.Equal(th.Messages[0], b)) {
+			t.Fatalf("read %d: %d messages, not one whole version", reads, len(th.Messages))
+		}
+		reads++
+	}
+	if n := len(blobFiles(t, filepath.Dir(s.blobDir))); n != 1 {
+		t.Fatalf("%d files after the rewrites, want 1", n)
+	}
 }
