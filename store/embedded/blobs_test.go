@@ -23,6 +23,18 @@ func bigMessage(c byte, n int) ([]byte, store.Hash) {
 	return m, storetest.HashOf(m)
 }
 
+// openTemp opens a store in a new temporary directory, closed at the
+// test's end.
+func openTemp(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // blobFiles returns the names in dir/blobs.
 func blobFiles(t *testing.T, dir string) []string {
 	t.Helper()
@@ -171,11 +183,7 @@ func TestLargeValuesLiveInFiles(t *testing.T) {
 // that a later commit removed reads again and gets the thread as it is now.
 func TestReadAfterFileRemoved(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	k := store.Key{Tenant: "t", Thread: "gone"}
 	big, bigH := bigMessage('a', blobMin)
 	small, smallH := storetest.Msgs(0, 1)
@@ -206,7 +214,7 @@ func TestReadAfterFileRemoved(t *testing.T) {
 	}
 
 	reads := 0
-	err = readAgain(func() error {
+	err := readAgain(func() error {
 		if reads++; reads < 3 {
 			return errBlobGone
 		}
@@ -226,11 +234,7 @@ func TestReadAfterFileRemoved(t *testing.T) {
 // same and moves it on its next transcript write.
 func TestSystemKeptApart(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	k := store.Key{Tenant: "t", Thread: "sys"}
 	msgs, hashes := storetest.Msgs(0, 2)
 	big := []byte(`{"parts":[{"text":"` + strings.Repeat("s", 300<<10) + `"}]}`)
@@ -314,11 +318,7 @@ func TestSystemKeptApart(t *testing.T) {
 // thread, never an error: a read whose file went away reads again.
 func TestReadsDuringRewrites(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	k := store.Key{Tenant: "t", Thread: "race"}
 	a, aH := bigMessage('a', blobMin)
 	b, bH := bigMessage('b', blobMin+1)

@@ -116,11 +116,7 @@ func (s *Store) FollowEvents(ctx context.Context, k store.Key, id string, after 
 		batch = batch[:0]
 		var ended, found bool
 		err := s.view(func(tx *bolt.Tx) error {
-			tb := threadBucket(tx, k)
-			if tb == nil {
-				return nil
-			}
-			r, err := getRun(tb, id)
+			tb, r, err := runIn(tx, k, id)
 			if err != nil || r == nil {
 				return err
 			}

@@ -13,6 +13,17 @@ import (
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
+// runIn returns the thread's bucket and the run; nil for either that does
+// not exist.
+func runIn(tx *bolt.Tx, k store.Key, id string) (*bolt.Bucket, *runRec, error) {
+	tb := threadBucket(tx, k)
+	if tb == nil {
+		return nil, nil, nil
+	}
+	r, err := getRun(tb, id)
+	return tb, r, err
+}
+
 func getRun(tb *bolt.Bucket, id string) (*runRec, error) {
 	var r runRec
 	ok, err := getJSON(tb.Bucket(bRuns), []byte(id), &r)
@@ -482,11 +493,7 @@ func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, 
 	err := readAgain(func() error {
 		found = false
 		err := s.view(func(tx *bolt.Tx) error {
-			tb := threadBucket(tx, k)
-			if tb == nil {
-				return nil
-			}
-			r, err := getRun(tb, id)
+			tb, r, err := runIn(tx, k, id)
 			if err != nil || r == nil {
 				return err
 			}
@@ -585,11 +592,7 @@ func (s *Store) RequestCancel(ctx context.Context, k store.Key, id string) (stor
 		return store.Run{}, err
 	}
 	err := s.update(func(tx *bolt.Tx) error {
-		tb := threadBucket(tx, k)
-		if tb == nil {
-			return nil
-		}
-		r, err := getRun(tb, id)
+		tb, r, err := runIn(tx, k, id)
 		if err != nil || r == nil || r.Status != store.Running || r.Cancel {
 			return err
 		}
