@@ -365,3 +365,40 @@ func TestReadsDuringRewrites(t *testing.T) {
 		t.Fatalf("%d files after the rewrites, want 1", n)
 	}
 }
+
+// TestStartReleasesWhenFileUnreadable: a start whose large message cannot
+// be read fails, and leaves the thread free for the next start rather than
+// held by a lease its caller never got.
+func TestStartReleasesWhenFileUnreadable(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	k := store.Key{Tenant: "t", Thread: "unreadable"}
+	big, bigH := bigMessage('a', blobMin)
+	st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r1", Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := store.Transcript{Messages: [][]byte{big}, Hashes: []store.Hash{bigH}}
+	if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+		t.Fatal(err)
+	}
+	// The file becomes a directory: reading it fails with EISDIR, not as
+	// a file removed by a rewrite.
+	names := blobFiles(t, filepath.Dir(s.blobDir))
+	if len(names) != 1 {
+		t.Fatalf("%d files", len(names))
+	}
+	file := filepath.Join(s.blobDir, names[0])
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(file, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r2", Owner: "o", TTL: time.Minute, LoadThread: true}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("start over an unreadable file: %v, want ErrUnavailable", err)
+	}
+	if _, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r3", Owner: "o", TTL: time.Minute}); err != nil {
+		t.Fatalf("next start on the thread: %v", err)
+	}
+}

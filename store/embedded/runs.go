@@ -183,12 +183,16 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 	if res.ThreadFound {
 		// Large messages are read once the writer is free. Only a delete
 		// of the thread can remove their files in between.
-		if err := s.loadAll(res.Thread.Messages); errors.Is(err, errBlobGone) {
+		err := s.loadAll(res.Thread.Messages)
+		if errors.Is(err, errBlobGone) {
 			res.Thread, err = s.LoadThread(ctx, k)
-			if err != nil {
-				return store.Started{}, err
+		}
+		if err != nil {
+			// The caller gets no lease: give it up now rather than leave
+			// the thread busy until it expires (Sweep then fails the run).
+			if res.Created {
+				_ = s.Release(ctx, res.Lease)
 			}
-		} else if err != nil {
 			return store.Started{}, err
 		}
 	}
