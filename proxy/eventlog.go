@@ -23,16 +23,16 @@ type eventLog struct {
 	// chunk; later events go past it, so a batch being written is never
 	// touched.
 	chunk   []byte
-	events  [][]byte    // queued
-	spare   [][]byte    // a written batch's slice, for the next one
-	next    int64       // seq of the first queued event
-	firstAt time.Time   // when the oldest queued event was relayed
-	timer   *time.Timer // hands the batch to the writers store.event_batch_window after its first event
-	armed   bool        // the timer is set
-	queued  bool        // with the writers: waiting for one, or being written
-	writing bool        // a writer is writing it
+	events  [][]byte  // queued
+	spare   [][]byte  // a written batch's slice, for the next one
+	next    int64     // seq of the first queued event
+	firstAt time.Time // when the oldest queued event was relayed
+	armed   bool      // a batch window is open: its end hands the batch to the writers
+	arm     uint64    // counts windows opened; a window's end for an older one is stale
+	queued  bool      // with the writers: waiting for one, or being written
+	writing bool      // a writer is writing it
 	closing bool
-	idle    sync.Cond // on mu; close waits on it for the timer and the writer
+	idle    sync.Cond // on mu; close waits on it for the writer
 
 	// The writer's own (the event writer that took the log, or close).
 	failed bool
@@ -71,14 +71,13 @@ func (l *eventLog) add(raw []byte) {
 	case l.queued:
 		// The writer takes it with the rest.
 	case !l.armed:
+		// Unarmed and not queued, the log held no event before this one:
+		// the window opens at firstAt.
 		l.armed = true
-		if l.timer == nil {
-			l.timer = time.AfterFunc(l.t.s.cfg.Store.EventBatchWindow.D(), l.due)
-		} else {
-			l.timer.Reset(l.t.s.cfg.Store.EventBatchWindow.D())
-		}
-	case len(l.events) >= eventBatchMax && l.timer.Stop():
-		l.armed = false
+		l.arm++
+		l.t.s.eventWindows.add(l, l.arm, l.firstAt.Add(l.t.s.cfg.Store.EventBatchWindow.D()))
+	case len(l.events) >= eventBatchMax:
+		l.armed = false // the window's end finds it stale
 		l.queued = true
 		l.t.s.eventWriters.add(l)
 	}
@@ -94,15 +93,16 @@ const (
 	eventChunk    = 1 << 10 // bytes per chunk of queued events; a larger event is copied alone
 )
 
-// due hands the batch to the writers when its window is over.
-func (l *eventLog) due() {
+// windowEnded hands the batch to the writers when the window arm opened
+// is over, unless the log was queued or closed since.
+func (l *eventLog) windowEnded(arm uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.armed || l.arm != arm {
+		return
+	}
 	l.armed = false
-	switch {
-	case l.closing:
-		l.idle.Broadcast() // close writes it
-	case !l.queued && len(l.events) > 0:
+	if !l.queued && len(l.events) > 0 {
 		l.queued = true
 		l.t.s.eventWriters.add(l)
 	}
@@ -124,11 +124,9 @@ func (l *eventLog) close() eventTail {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closing = true
-	if l.armed && l.timer.Stop() {
-		l.armed = false
-	}
+	l.armed = false // its window's end finds it stale
 	l.queued = l.writing
-	for l.armed || l.writing {
+	for l.writing {
 		l.idle.Wait()
 	}
 	l.queued = false
@@ -241,3 +239,87 @@ func (w *eventWriters) work() {
 	}
 }
 
+// eventWindows ends the batch windows of every run's event log. One
+// goroutine serves them all, asleep until the oldest window ends; a timer
+// per log would start a goroutine at the end of every window, which with a
+// few thousand open streams is tens of thousands of goroutines a second,
+// each with a fresh stack. Every window has the same length
+// (store.event_batch_window), so windows end in the order they opened: a
+// queue, not a heap. The goroutine runs only while a window is open.
+type eventWindows struct {
+	mu      sync.Mutex
+	open    []openWindow // in the order they end
+	running bool
+	ended   []openWindow // the goroutine's, reused
+}
+
+// windowEnder is what a window belongs to (an *eventLog).
+type windowEnder interface{ windowEnded(arm uint64) }
+
+type openWindow struct {
+	l    windowEnder
+	arm  uint64
+	ends time.Time
+}
+
+// windowSlack lets a wake-up end the windows that end within it too, so
+// that windows opened a few microseconds apart cost one wake-up, not one
+// each: a batch goes at most this much before its window's end.
+const windowSlack = time.Millisecond
+
+// add opens a window for l that ends at ends; its end calls
+// l.windowEnded(arm). ends must not be before the ends of the windows
+// already open (every window has the same length).
+func (w *eventWindows) add(l windowEnder, arm uint64, ends time.Time) {
+	w.mu.Lock()
+	w.open = append(w.open, openWindow{l, arm, ends})
+	start := !w.running
+	w.running = true
+	w.mu.Unlock()
+	if start {
+		go w.run()
+	}
+}
+
+// run ends windows as they come due, and returns when none is open.
+func (w *eventWindows) run() {
+	var t *time.Timer
+	for {
+		w.mu.Lock()
+		if len(w.open) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			if t != nil {
+				t.Stop()
+			}
+			return
+		}
+		now := time.Now()
+		n := 0
+		for n < len(w.open) && w.open[n].ends.Before(now.Add(windowSlack)) {
+			n++
+		}
+		if n == 0 {
+			d := w.open[0].ends.Sub(now)
+			w.mu.Unlock()
+			if t == nil {
+				t = time.NewTimer(d)
+			} else {
+				t.Reset(d)
+			}
+			<-t.C
+			continue
+		}
+		w.ended = append(w.ended[:0], w.open[:n]...)
+		clear(w.open[:n]) // no log stays reachable from the spent part
+		w.open = w.open[n:]
+		if len(w.open) == 0 {
+			w.open = w.open[:0:0] // let a long queue's array go
+		}
+		w.mu.Unlock()
+		for i, e := range w.ended {
+			e.l.windowEnded(e.arm)
+			w.ended[i] = openWindow{}
+		}
+	}
+}

@@ -85,6 +85,8 @@ type Server struct {
 	metricsHandler fasthttp.RequestHandler
 	// eventWriters write the runs' event logs.
 	eventWriters eventWriters
+	// eventWindows ends the event logs' batch windows.
+	eventWindows eventWindows
 	// feeds shares one store follower per run among local followers.
 	feeds *runFeeds
 	// sessionIDs caches the per-(connection, model) session ids.
