@@ -205,6 +205,9 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	started, err := s.store.StartRun(rctx, store.StartRun{
 		Key: t.key, RunID: t.runID, Owner: s.replicaID, TTL: s.cfg.Leases.TTL.D(),
 		Fingerprint: fingerprint(body), Model: t.model, LoadThread: true, KnownDigest: known,
+		// compose takes the stored system blob only into a request that
+		// continues or appends and brings none of its own.
+		NoSystem: !(empty || mode == modeAppend) || ad.System(body) != nil,
 	})
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -222,6 +224,52 @@ func TestRestorationGemini(t *testing.T) {
 		}
 		if !strings.Contains(resp.Header.Get("X-Restored"), "thought_signature") {
 			t.Fatalf("X-Restored = %q", resp.Header.Get("X-Restored"))
+		}
+	})
+}
+
+// TestGeminiSystemKept: a Gemini thread's systemInstruction is stored with
+// it; an append or a continue that brings none gets the stored one
+// upstream, a replace without one clears it, and a large one (which the
+// Redis store keeps out of its scripts) round-trips the same way.
+func TestGeminiSystemKept(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		url := p.URL + "/gemini/v1beta/models/gemini-2.5-flash:generateContent"
+		for _, size := range []int{10, 300 << 10} {
+			thread := "t-sys-" + strconv.Itoa(size)
+			hdr := []string{"X-Goog-Api-Key", "k-sys", "X-Thread-Id", thread}
+			sys := `{"parts":[{"text":"` + strings.Repeat("s", size) + `"}]}`
+			user := `{"role":"user","parts":[{"text":"hi"}]}`
+			sent := func(what string) gjson.Result {
+				t.Helper()
+				reqs := m.Requests()
+				return gjson.GetBytes(reqs[len(reqs)-1].Body, "systemInstruction")
+			}
+			steps := []struct {
+				what, body string
+				mode       string
+				wantSys    bool
+			}{
+				{"replace with a system", `{"systemInstruction":` + sys + `,"contents":[` + user + `]}`, "", true},
+				{"append without one", `{"contents":[` + user + `]}`, "append", true},
+				{"continue", `{"contents":[]}`, "", true},
+				{"replace without one", `{"contents":[` + user + `]}`, "", false},
+				{"append after the clear", `{"contents":[` + user + `]}`, "append", false},
+			}
+			for _, st := range steps {
+				h := hdr
+				if st.mode != "" {
+					h = append(slices.Clone(hdr), "X-Thread-Mode", st.mode)
+				}
+				resp, body := do(t, "POST", url, st.body, h...)
+				if resp.StatusCode != 200 {
+					t.Fatalf("%d bytes, %s: %d %s", size, st.what, resp.StatusCode, body)
+				}
+				got := sent(st.what)
+				if st.wantSys && got.Raw != sys || !st.wantSys && got.Exists() {
+					t.Fatalf("%d bytes, %s: upstream got systemInstruction of %d bytes (want it: %v)", size, st.what, len(got.Raw), st.wantSys)
+				}
+			}
 		}
 	})
 }

@@ -275,6 +275,10 @@ type StartRun struct {
 	// messages and hashes are not sent back: Started.Thread carries the
 	// meta only and Started.Unchanged is true. "" always loads them.
 	KnownDigest string
+	// NoSystem, with LoadThread, says the caller has no use for the
+	// thread's system blob (its request brings or clears its own):
+	// Started.Thread.System is nil, and the store need not read it.
+	NoSystem bool
 }
 
 // Digest names a transcript by its message hashes: equal digests mean

@@ -203,7 +203,7 @@ func TestReadAfterFileRemoved(t *testing.T) {
 	var snapshot store.Thread
 	if err := s.view(func(tx *bolt.Tx) error {
 		var err error
-		snapshot, _, err = readThread(tx, k, nil)
+		snapshot, _, err = readThread(tx, k, nil, true)
 		return err
 	}); err != nil {
 		t.Fatal(err)

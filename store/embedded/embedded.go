@@ -326,7 +326,7 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	err := readAgain(func() error {
 		err := s.view(func(tx *bolt.Tx) error {
 			var err error
-			th, found, err = readThread(tx, k, nil)
+			th, found, err = readThread(tx, k, nil, true)
 			return err
 		})
 		if err != nil {
@@ -343,15 +343,17 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	return th, nil
 }
 
-// readThreadMeta reads the thread's meta inside tx, without its messages.
-func readThreadMeta(tx *bolt.Tx, k store.Key, known *threadMeta) (th store.Thread, found bool, err error) {
-	th, _, found, err = threadMetaOf(tx, k, known)
+// readThreadMeta reads the thread's meta inside tx, without its messages
+// (and without its system blob unless system).
+func readThreadMeta(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (th store.Thread, found bool, err error) {
+	th, _, found, err = threadMetaOf(tx, k, known, system)
 	return th, found, err
 }
 
 // threadMetaOf reads the thread's meta inside tx, or takes it from known
-// (the caller's copy, decoded in the same transaction) when not nil.
-func threadMetaOf(tx *bolt.Tx, k store.Key, known *threadMeta) (store.Thread, int, bool, error) {
+// (the caller's copy, decoded in the same transaction) when not nil. The
+// system blob is copied out only when system.
+func threadMetaOf(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (store.Thread, int, bool, error) {
 	tb := threadBucket(tx, k)
 	if tb == nil {
 		return store.Thread{}, 0, false, nil
@@ -366,8 +368,12 @@ func threadMetaOf(tx *bolt.Tx, k store.Key, known *threadMeta) (store.Thread, in
 	if err != nil || m.Created == 0 {
 		return store.Thread{}, 0, false, err
 	}
-	return store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
-		System: clone(systemOf(tb, &m)), Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated)}, m.Msgs, true, nil
+	th := store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
+		Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated)}
+	if system {
+		th.System = clone(systemOf(tb, &m))
+	}
+	return th, m.Msgs, true, nil
 }
 
 // systemOf is the thread's system blob, in place (valid for tx's life). It
@@ -401,8 +407,8 @@ func transcriptDigest(tx *bolt.Tx, k store.Key) string {
 // readThread reads the thread's meta and messages inside tx (read or
 // write); found is false for a thread without a saved transcript. A large
 // message comes back as its reference, for loadAll once tx is over.
-func readThread(tx *bolt.Tx, k store.Key, known *threadMeta) (th store.Thread, found bool, err error) {
-	th, n, found, err := threadMetaOf(tx, k, known)
+func readThread(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (th store.Thread, found bool, err error) {
+	th, n, found, err := threadMetaOf(tx, k, known, system)
 	if err != nil || !found {
 		return store.Thread{}, false, err
 	}

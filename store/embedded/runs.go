@@ -208,7 +208,7 @@ func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started, m
 	}
 	var err error
 	if sr.KnownDigest != "" {
-		if res.Thread, res.ThreadFound, err = readThreadMeta(tx, sr.Key, m); err != nil || !res.ThreadFound {
+		if res.Thread, res.ThreadFound, err = readThreadMeta(tx, sr.Key, m, !sr.NoSystem); err != nil || !res.ThreadFound {
 			return err
 		}
 		if transcriptDigest(tx, sr.Key) == sr.KnownDigest {
@@ -216,7 +216,7 @@ func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started, m
 			return nil
 		}
 	}
-	res.Thread, res.ThreadFound, err = readThread(tx, sr.Key, m)
+	res.Thread, res.ThreadFound, err = readThread(tx, sr.Key, m, !sr.NoSystem)
 	return err
 }
 

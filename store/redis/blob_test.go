@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -13,16 +14,23 @@ import (
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
-// scriptArgs records the largest argument of any script the store runs.
+// scriptArgs records the largest argument of any script the store runs,
+// and counts the system blobs it stages.
 type scriptArgs struct {
-	mu      sync.Mutex
-	largest int
+	mu           sync.Mutex
+	largest      int
+	systemStages int
 }
 
 func (h *scriptArgs) see(cmds []redis.Cmder) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range cmds {
+		if a := c.Args(); c.Name() == "set" && len(a) > 1 {
+			if key, _ := a[1].(string); strings.Contains(key, "stage:") && strings.HasSuffix(key, ":sys") {
+				h.systemStages++
+			}
+		}
 		if n := c.Name(); n != "evalsha" && n != "eval" {
 			continue
 		}
@@ -145,6 +153,107 @@ func TestLargeMessagesStayOutOfScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if keys, _ := cl.Keys(ctx, s.prefix(k)+"*").Result(); len(keys) != 0 {
+		t.Fatalf("keys left after delete: %q", keys)
+	}
+	if args.largest >= blobMin {
+		t.Fatalf("a script got a %d-byte argument (blobMin %d)", args.largest, blobMin)
+	}
+}
+
+// TestLargeSystemStaysOutOfScripts: a system blob of blobMin bytes or more
+// is never a script argument and is sent only when it changes: a write
+// names it by its sum, and stages it only when the script answers that the
+// stored one differs. A thread of the old layout (the blob in the meta
+// hash) reads the same and moves on its next write.
+func TestLargeSystemStaysOutOfScripts(t *testing.T) {
+	ctx := context.Background()
+	s, cl := openOwn(t)
+	args := &scriptArgs{}
+	cl.AddHook(args)
+	k := store.Key{Tenant: "t", Thread: "system"}
+	p := s.prefix(k)
+	sysA := []byte(`{"parts":[{"text":"` + strings.Repeat("a", 2*blobMin) + `"}]}`)
+	sysB := []byte(`{"parts":[{"text":"` + strings.Repeat("b", blobMin) + `"}]}`)
+	var hashes []store.Hash
+	// turn saves a pending message and finishes with a reply, both with
+	// sys, and returns how many system blobs it staged.
+	turn := func(run string, sys []byte) int {
+		t.Helper()
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := args.systemStages
+		for _, write := range []func(tr store.Transcript) error{
+			func(tr store.Transcript) error { return s.SaveTranscript(ctx, st.Lease, tr) },
+			func(tr store.Transcript) error {
+				return s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr})
+			},
+		} {
+			h := store.Hash{byte(len(hashes) + 1)}
+			tr := store.Transcript{Keep: len(hashes), Messages: [][]byte{[]byte(`{"role":"user","content":"m"}`)}, Hashes: []store.Hash{h}, System: sys}
+			if len(hashes) > 0 {
+				tr.KeepHash = hashes[len(hashes)-1]
+			}
+			if err := write(tr); err != nil {
+				t.Fatalf("%s: %v", run, err)
+			}
+			hashes = append(hashes, h)
+		}
+		th, err := s.LoadThread(ctx, k)
+		if err != nil || !bytes.Equal(th.System, sys) {
+			t.Fatalf("%s: load: system of %d bytes, want %d (%v)", run, len(th.System), len(sys), err)
+		}
+		if keys, _ := cl.Keys(ctx, p+"stage:*").Result(); len(keys) != 0 {
+			t.Fatalf("%s: stage keys left: %q", run, keys)
+		}
+		return args.systemStages - before
+	}
+	for _, c := range []struct {
+		run    string
+		sys    []byte
+		staged int
+	}{
+		{"r1", sysA, 1}, // new: the pending save stages it once, the finish names it
+		{"r2", sysA, 0}, // unchanged
+		{"r3", sysB, 1}, // changed
+		{"r4", sysB, 0},
+	} {
+		if n := turn(c.run, c.sys); n != c.staged {
+			t.Fatalf("%s staged the system %d times, want %d", c.run, n, c.staged)
+		}
+	}
+
+	// The old layout: the blob in the meta field "sys", no key, no sum.
+	if err := cl.HSet(ctx, p+"meta", "sys", string(sysA)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.HDel(ctx, p+"meta", "syssum").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Del(ctx, p+"sys").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if th, err := s.LoadThread(ctx, k); err != nil || !bytes.Equal(th.System, sysA) {
+		t.Fatalf("old layout: system of %d bytes (%v)", len(th.System), err)
+	}
+	if n := turn("r5", sysA); n != 1 {
+		t.Fatalf("moving the old layout staged the system %d times, want 1", n)
+	}
+	if ok, _ := cl.HExists(ctx, p+"meta", "sys").Result(); ok {
+		t.Fatal("the meta field of the old layout outlived a write")
+	}
+	if n := turn("r6", nil); n != 0 {
+		t.Fatalf("clearing staged %d", n)
+	}
+	if n, _ := cl.Exists(ctx, p+"sys").Result(); n != 0 {
+		t.Fatal("a cleared system kept its key")
+	}
+	turn("r7", sysB)
+	if err := s.DeleteThread(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := cl.Keys(ctx, p+"*").Result(); len(keys) != 0 {
 		t.Fatalf("keys left after delete: %q", keys)
 	}
 	if args.largest >= blobMin {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -74,10 +75,14 @@ func (s *Store) loadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	metaCmd := pipe.HGetAll(ctx, p+"meta")
 	msgsCmd := pipe.LRange(ctx, p+"msgs", 0, -1)
 	hashCmd := pipe.Get(ctx, p+"hashes")
+	sysCmd := pipe.Get(ctx, p+"sys")
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return store.Thread{}, mapErr(err)
 	}
 	th, found, err := threadFrom(k, metaCmd.Val(), msgsCmd.Val(), hashCmd.Val())
+	if found && sysCmd.Err() == nil {
+		th.System = []byte(sysCmd.Val()) // else none, or the meta field of the old layout
+	}
 	if err == nil && !found {
 		err = fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
 	}
@@ -212,13 +217,48 @@ func (s *Store) fetchBlobs(ctx context.Context, k store.Key, th *store.Thread) e
 	return nil
 }
 
-func transcriptArgs(t *store.Transcript) []any {
-	sys := ""
-	if t.System != nil {
-		sys = string(t.System)
+// transcriptArgs is a transcript write's arguments up to its messages. A
+// system blob of blobMin bytes or more goes by its sum alone ('3'), unless
+// sendSystem: then it is staged in b ('2'); a smaller one goes whole ('1').
+// See sysready in the scripts.
+func (s *Store) transcriptArgs(b *batch, k store.Key, run string, t *store.Transcript, sendSystem bool) []any {
+	hassys, sum, sys := "0", "", ""
+	switch {
+	case t.System == nil:
+	case len(t.System) < blobMin:
+		hassys, sum, sys = "1", systemSum(t.System), string(t.System)
+	case !sendSystem:
+		hassys, sum = "3", systemSum(t.System)
+	default:
+		name := run + ":sys"
+		b.pipe.Set(b.ctx, s.prefix(k)+"stage:"+name, t.System, stageTTL)
+		b.size += len(t.System)
+		hassys, sum, sys = "2", systemSum(t.System), name
 	}
-	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), flag(t.System != nil), sys, t.Connection, t.Format, t.Model}
+	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), hassys, sum, sys, t.Connection, t.Format, t.Model}
 }
+
+// loadFlag is the start script's load argument: '0' no thread, '1' the
+// thread, '2' the thread without its system blob.
+func loadFlag(sr store.StartRun) string {
+	switch {
+	case !sr.LoadThread:
+		return "0"
+	case sr.NoSystem:
+		return "2"
+	}
+	return "1"
+}
+
+// systemSum names a system blob in the scripts' comparisons.
+func systemSum(sys []byte) string {
+	sum := sha256.Sum256(sys)
+	return string(sum[:])
+}
+
+// errNeedSystem: a write that sent a large system blob by its sum found
+// another one stored; it is sent again with the blob.
+var errNeedSystem = errors.New("stored system blob differs")
 
 // SaveTranscript writes a transcript under the lease.
 func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
@@ -228,9 +268,17 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 	if err := t.Check(); err != nil {
 		return err
 	}
+	err := s.saveTranscript(ctx, l, &t, false)
+	if errors.Is(err, errNeedSystem) {
+		err = s.saveTranscript(ctx, l, &t, true)
+	}
+	return err
+}
+
+func (s *Store) saveTranscript(ctx context.Context, l store.Lease, t *store.Transcript, sendSystem bool) error {
 	now := s.now()
-	args := append([]any{l.RunID, l.Token, now}, transcriptArgs(&t)...)
 	b := s.batch(ctx)
+	args := append([]any{l.RunID, l.Token, now}, s.transcriptArgs(b, l.Key, l.RunID, t, sendSystem)...)
 	args = s.stage(b, l.Key, l.RunID, t.Messages, args)
 	cmd := b.script(saveScript, []string{s.meta(l.Key)}, args...)
 	s.queueIndex(ctx, b.pipe, l.Key, now, true)
@@ -243,6 +291,8 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 		return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
 	case "conflict":
 		return fmt.Errorf("thread %s: transcript prefix differs: %w", l.Key, store.ErrConflict)
+	case "needsys":
+		return errNeedSystem
 	}
 	return nil
 }
@@ -277,12 +327,12 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		// NX: a retried start leaves the score of a run that exists alone.
 		b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: member})
 		startCmd = b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
-			s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread), sr.KnownDigest)
+			s.opts.EventRetention.Milliseconds(), loadFlag(sr), sr.KnownDigest)
 	} else {
 		// One node: the script claims the run id and registers the run for
 		// the sweeper itself, and undoes both when it refuses.
 		startCmd = b.script(startScript, []string{s.meta(k), s.tenantRuns(k.Tenant), s.active()}, sr.RunID, sr.Owner, exp, now,
-			sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds(), flag(sr.LoadThread), sr.KnownDigest,
+			sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds(), loadFlag(sr), sr.KnownDigest,
 			k.Thread, k.Tenant+"/"+k.Thread)
 	}
 	if err := b.exec(s); err != nil {
@@ -405,6 +455,14 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	if err := l.Key.Validate(); err != nil {
 		return err
 	}
+	err := s.finish(ctx, l, &f, false)
+	if errors.Is(err, errNeedSystem) {
+		err = s.finish(ctx, l, &f, true)
+	}
+	return err
+}
+
+func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sendSystem bool) error {
 	args := make([]any, 0, 51+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
 	now := s.now()
 	keys := []string{s.meta(l.Key)}
@@ -452,9 +510,9 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	args = append(args, f.Resumes, s.opts.EventRetention.Milliseconds())
 	if f.Transcript != nil {
 		args = append(args, "1")
-		args = append(args, transcriptArgs(f.Transcript)...)
+		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, f.Transcript, sendSystem)...)
 	} else {
-		args = append(args, "0", 0, "", "", "0", "", "", "", "")
+		args = append(args, "0", 0, "", "", "0", "", "", "", "", "")
 	}
 	args = append(args, len(f.Interrupts))
 	for _, in := range f.Interrupts {
@@ -485,6 +543,9 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	}
 	r := result(cmd.Val())
 	if res := str(r[0]); res != "ok" {
+		if res == "needsys" {
+			return errNeedSystem // nothing written: sent again
+		}
 		if res != "notfound" && s.cluster {
 			// The run may still be running (a refused transcript or
 			// resume, a released lease): give it back to the sweeper,

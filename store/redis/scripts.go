@@ -59,16 +59,33 @@ local function dropblobs(from)
     if string.byte(m, 1) == 0 then redis.call('DEL', p .. 'blob:' .. string.sub(m, 2)) end
   end
 end
--- writetr applies a checked transcript (checktr, staged); a write that is
--- already applied (a retry) changes nothing.
-local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
+-- The thread's system blob lives in the key p .. 'sys', its SHA-256 in
+-- the meta field 'syssum' (threads written before kept the blob itself in
+-- the meta field 'sys'; their next write moves it). A transcript write
+-- passes hassys '0' (no system), '1' (sys is the blob), '2' (the blob is
+-- staged, sys names the stage) or '3' (only the sum: the writer expects
+-- the stored blob to be that one). Scripts compare sums, so a blob is
+-- neither an argument nor read into Lua once it is stored.
+--
+-- sysready checks a write's system before anything is written: 'needsys'
+-- when a '3' write's sum is not the stored one (the writer then sends the
+-- blob), 'conflict' when a staged blob is missing.
+local function sysready(hassys, syssum, sys)
+  if hassys == '3' and (redis.call('HGET', meta, 'syssum') ~= syssum or redis.call('HEXISTS', meta, 'sys') == 1) then
+    return 'needsys'
+  end
+  if hassys == '2' and redis.call('EXISTS', p .. 'stage:' .. sys) == 0 then return 'conflict' end
+  return nil
+end
+-- writetr applies a checked transcript (checktr, staged, sysready); a
+-- write that is already applied (a retry) changes nothing.
+local function writetr(keep, hashblob, hassys, syssum, sys, conn, fmt, model, msgs, now)
   local mk, hk = p .. 'msgs', p .. 'hashes'
   local n = redis.call('LLEN', mk)
-  local cur = redis.call('HMGET', meta, 'sys', 'created')
-  local same = cur[2] and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
-  if same then
-    if hassys == '1' then same = (cur[1] == sys) else same = (cur[1] == false) end
-  end
+  local cur = redis.call('HMGET', meta, 'syssum', 'created')
+  local oldsys = redis.call('HEXISTS', meta, 'sys') == 1
+  local syssame = not oldsys and ((hassys == '0' and not cur[1]) or (hassys ~= '0' and cur[1] == syssum))
+  local same = syssame and cur[2] and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
   local set = {}
   if not same then
     if keep < n then
@@ -93,10 +110,20 @@ local function writetr(keep, hashblob, hassys, sys, conn, fmt, model, msgs, now)
       redis.call('RPUSH', mk, unpack(msgs, i, math.min(i + 999, #msgs)))
     end
     if #msgs > 0 then redis.call('APPEND', hk, hashblob) end
-    if hassys == '1' then
-      set[#set + 1] = 'sys'; set[#set + 1] = sys
-    elseif cur[1] then
-      redis.call('HDEL', meta, 'sys')
+    if not syssame then
+      if hassys == '0' then
+        redis.call('DEL', p .. 'sys')
+        redis.call('HDEL', meta, 'syssum')
+      else
+        if hassys == '2' then
+          redis.call('RENAME', p .. 'stage:' .. sys, p .. 'sys')
+          redis.call('PERSIST', p .. 'sys')
+        else -- '1' ('3' is the stored blob: sysready)
+          redis.call('SET', p .. 'sys', sys)
+        end
+        set[#set + 1] = 'syssum'; set[#set + 1] = syssum
+      end
+      if oldsys then redis.call('HDEL', meta, 'sys') end
     end
     redis.call('HINCRBY', meta, 'v', 1)
     if not cur[2] then set[#set + 1] = 'created'; set[#set + 1] = now end
@@ -130,8 +157,14 @@ end
 var startScript = redis.NewScript(prelude + `
 local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
 local function thread(out)
-  if ARGV[8] == '1' then
-    out[#out + 1] = redis.call('HMGET', meta, 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys')
+  if ARGV[8] ~= '0' then
+    local f = redis.call('HMGET', meta, 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys')
+    if ARGV[8] == '1' then
+      f[7] = redis.call('GET', p .. 'sys') or f[7]
+    else
+      f[7] = false
+    end
+    out[#out + 1] = f
     local hb = redis.call('GET', p .. 'hashes') or ''
     if ARGV[9] ~= '' and redis.sha1hex(hb) == ARGV[9] then
       out[#out + 1] = {}
@@ -230,20 +263,24 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[
 return 1
 `)
 
-// saveScript: ARGV run, tok, now, keep, keephash, hashblob, hassys, sys,
-// conn, fmt, model, msgs… Returns {'fenced'} | {'conflict'} | {'ok', updated}.
+// saveScript: ARGV run, tok, now, keep, keephash, hashblob, hassys,
+// syssum, sys, conn, fmt, model, msgs… Returns {'fenced'} | {'conflict'} |
+// {'needsys'} | {'ok', updated}.
 var saveScript = redis.NewScript(prelude + `
 local keep = tonumber(ARGV[4])
 local msgs = {}
-for j = 12, #ARGV do msgs[#msgs + 1] = ARGV[j] end
+for j = 13, #ARGV do msgs[#msgs + 1] = ARGV[j] end
 local function save()
   if fenced(ARGV[1], ARGV[2]) then return {'fenced'} end
   if not checktr(keep, ARGV[5]) or not staged(msgs) then return {'conflict'} end
-  writetr(keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], msgs, ARGV[3])
+  local sr = sysready(ARGV[7], ARGV[8], ARGV[9])
+  if sr then return {sr} end
+  writetr(keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], msgs, ARGV[3])
   return {'ok', redis.call('HGET', meta, 'updated')}
 end
 local r = save()
 dropstages(msgs)
+if ARGV[7] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[9]) end
 return r
 `)
 
@@ -295,7 +332,7 @@ local repf, rep = nx(), nx()
 local rstf, rst = nx(), nx()
 local sidf, sid = nx(), nx()
 local resumes, ret = nx(), nx()
-local trf, keep, keephash, hashblob, hassys, sys, conn, fmt, tmodel = nx(), tonumber(nx()), nx(), nx(), nx(), nx(), nx(), nx(), nx()
+local trf, keep, keephash, hashblob, hassys, syssum, sys, conn, fmt, tmodel = nx(), tonumber(nx()), nx(), nx(), nx(), nx(), nx(), nx(), nx(), nx()
 local intr = {}
 for j = 1, tonumber(nx()) do intr[j] = {nx(), nx()} end
 local res = {}
@@ -327,7 +364,9 @@ local function finish()
   end
   if trf == '1' then
     if not checktr(keep, keephash) or not staged(msgs) then return {'conflict'} end
-    writetr(keep, hashblob, hassys, sys, conn, fmt, tmodel, msgs, now)
+    local sr = sysready(hassys, syssum, sys)
+    if sr then return {sr} end
+    writetr(keep, hashblob, hassys, syssum, sys, conn, fmt, tmodel, msgs, now)
   end
   local rset, rdel = {'st', status, 'reason', reason, 'fin', now}, {}
   local function put(f, v) rset[#rset + 1] = f; rset[#rset + 1] = v end
@@ -388,10 +427,11 @@ local function finish()
 end
 local r = finish()
 dropstages(msgs)
-for _, b in ipairs({{respf, resp}, {upf, up}}) do
+for _, b in ipairs({{respf, resp}, {upf, up}, {hassys, sys}}) do
   if b[1] == '2' then redis.call('DEL', p .. 'stage:' .. b[2]) end
 end
-if not KEYS[2] then return r end
+-- needsys wrote nothing: the writer sends the finish again with the blob.
+if not KEYS[2] or r[1] == 'needsys' then return r end
 local member = tt .. '/' .. run
 if r[1] == 'ok' then
   if trf == '1' then
@@ -483,6 +523,6 @@ for _, r in ipairs(runs) do
   redis.call('DEL', p .. 'run:' .. r, p .. 'ev:' .. r, p .. 'run:' .. r .. ':resp', p .. 'run:' .. r .. ':up')
 end
 dropblobs(0)
-redis.call('DEL', meta, p .. 'msgs', p .. 'hashes', p .. 'runs', p .. 'intr')
+redis.call('DEL', meta, p .. 'msgs', p .. 'hashes', p .. 'runs', p .. 'intr', p .. 'sys')
 return runs
 `)

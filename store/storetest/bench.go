@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -120,6 +121,33 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 			}
 		}
 	}
+	// A Gemini turn as the proxy runs it in replace mode, with a 512 KiB
+	// systemInstruction that stays the same: start (the request brings
+	// its own system), the pending turn's save, and the finish.
+	b.Run("TurnSystem512K", func(b *testing.B) {
+		s := newBackend(b, NewClock().Now)
+		defer s.Close()
+		k := store.Key{Tenant: "bench", Thread: "system"}
+		sys := []byte(`{"parts":[{"text":"` + strings.Repeat("s", 512<<10) + `"}]}`)
+		msgs, hashes := Msgs(0, 20)
+		b.ResetTimer()
+		for i := 0; b.Loop(); i++ {
+			st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: fmt.Sprintf("r%d", i), TTL: ttl, LoadThread: true, NoSystem: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pending := store.Diff(st.Thread.Hashes, msgs[:19], hashes[:19])
+			pending.System = sys
+			if err := s.SaveTranscript(ctx, st.Lease, pending); err != nil {
+				b.Fatal(err)
+			}
+			tr := store.Diff(hashes[:19], msgs, hashes)
+			tr.System = sys
+			if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("Turn100", turn(true))
 	b.Run("Turn100LoadApart", turn(false))
 	// Many turns at once, each on its own thread: how well concurrent

@@ -81,6 +81,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"RetryTwice", testRetryTwice},
 		{"Delete", testDelete},
 		{"LargeMessages", testLargeMessages},
+		{"SystemBlob", testSystemBlob},
 		{"Audit", testAudit},
 		{"Sessions", testSessions},
 		{"Invalid", testInvalid},
@@ -1176,6 +1177,7 @@ func testStartLoad(t *testing.T, h *harness) {
 	// The retry of an existing run: the run as stored, and the thread.
 	reply, rh := Msg(4, "assistant")
 	fin := store.Diff(want.Hashes, append(slices.Clone(msgs), reply), append(slices.Clone(hashes), rh))
+	fin.System = []byte(`{"parts":[{"text":"kept"}]}`)
 	h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &fin, Resumes: "r1", Resolve: []string{"c1"}})
 	want = h.load(k)
 	for _, run := range []string{"r1", "r2"} {
@@ -1216,6 +1218,19 @@ func testStartLoad(t *testing.T, h *harness) {
 	stale := known("r2", store.Digest(want.Hashes[:len(want.Hashes)-1]))
 	if diff := cmp.Diff(want, stale.Thread); diff != "" || stale.Unchanged {
 		t.Fatalf("stale digest: Unchanged=%v (-LoadThread +StartRun):\n%s", stale.Unchanged, diff)
+	}
+	// NoSystem: the same thread without its system blob.
+	for _, digest := range []string{"", store.Digest(want.Hashes)} {
+		st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: "r2", Owner: "o", TTL: ttl, Fingerprint: "f2", Model: "m",
+			LoadThread: true, KnownDigest: digest, NoSystem: true})
+		wantTh := want
+		if digest != "" {
+			wantTh = meta
+		}
+		wantTh.System = nil
+		if diff := cmp.Diff(wantTh, st.Thread); err != nil || diff != "" || want.System == nil {
+			t.Fatalf("NoSystem, digest %q: %v (-want +StartRun):\n%s", digest, err, diff)
+		}
 	}
 
 	// A run id of another thread is refused and leaves that thread as it
@@ -1399,5 +1414,68 @@ func testLargeMessages(t *testing.T, h *harness) {
 		t.Fatal(err)
 	}
 	_, err = h.s.LoadThread(h.ctx, k)
+	wantErr(t, "load deleted", err, store.ErrNotFound)
+}
+
+// testSystemBlob follows a thread's system blob, small and large, through
+// writes that set, keep, change and clear it, as LoadThread and StartRun
+// read it.
+func testSystemBlob(t *testing.T, h *harness) {
+	k := store.Key{Tenant: "t", Thread: "system"}
+	msgs, hashes := Msgs(0, 12)
+	small := []byte(`{"parts":[{"text":"be brief"}]}`)
+	large := []byte(`{"parts":[{"text":"` + strings.Repeat("a", 600<<10) + `"}]}`)
+	large2 := []byte(`{"parts":[{"text":"` + strings.Repeat("b", 300<<10) + `"}]}`)
+	var stored []store.Hash
+	n := 0
+	// write saves the pending turn and finishes it with one more message,
+	// both with sys, and checks what both reads return.
+	write := func(run string, sys []byte) {
+		t.Helper()
+		st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: ttl, Fingerprint: run, LoadThread: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := store.Diff(stored, msgs[:n+1], hashes[:n+1])
+		pending.System = sys
+		if err := h.s.SaveTranscript(h.ctx, st.Lease, pending); err != nil {
+			t.Fatalf("%s: save: %v", run, err)
+		}
+		if got := h.load(k).System; !bytes.Equal(got, sys) || (got == nil) != (sys == nil) {
+			t.Fatalf("%s: after the pending save, system of %d bytes, want %d", run, len(got), len(sys))
+		}
+		fin := store.Diff(hashes[:n+1], msgs[:n+2], hashes[:n+2])
+		fin.System = sys
+		h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &fin})
+		n += 2
+		stored = hashes[:n]
+		for _, read := range []struct {
+			name string
+			sys  func() []byte
+		}{
+			{"LoadThread", func() []byte { return h.load(k).System }},
+			{"StartRun", func() []byte {
+				st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: ttl, Fingerprint: run, LoadThread: true})
+				if err != nil || !st.ThreadFound {
+					t.Fatalf("%s: retried start: %+v %v", run, st, err)
+				}
+				return st.Thread.System
+			}},
+		} {
+			if got := read.sys(); !bytes.Equal(got, sys) || (got == nil) != (sys == nil) {
+				t.Fatalf("%s: %s read a system of %d bytes, want %d", run, read.name, len(got), len(sys))
+			}
+		}
+	}
+	write("r1", large)  // set, large
+	write("r2", large)  // kept
+	write("r3", large2) // changed to another large one
+	write("r4", small)  // to a small one
+	write("r5", large)  // back to large
+	write("r6", nil)    // cleared
+	if err := h.s.DeleteThread(h.ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.s.LoadThread(h.ctx, k)
 	wantErr(t, "load deleted", err, store.ErrNotFound)
 }
