@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,63 @@ func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
 	}
 	if _, err := s.FindRun(ctx, "t", "run5"); err != nil {
 		t.Fatalf("a grouped start's run: %v", err)
+	}
+}
+
+// TestGroupsBoundedByBytes: queued batches share a round trip up to
+// maxGroupBytes of arguments; the rest go in the next one.
+func TestGroupsBoundedByBytes(t *testing.T) {
+	ctx := context.Background()
+	s, cl := openOwn(t)
+	const saves = 20
+	const msgBytes = 60_000 // 17 fit in maxGroupBytes, 18 do not
+	leases := make([]store.Lease, saves)
+	for i := range leases {
+		st, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: fmt.Sprintf("big%d", i)}, RunID: fmt.Sprintf("b%d", i), Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = st.Lease
+	}
+	g := &gate{on: make(chan struct{}), arrived: make(chan int, 64)}
+	cl.AddHook(g)
+	errs := make(chan error, saves+sendLanes)
+	for i := 0; i < sendLanes; i++ { // every lane held at the gate
+		go func() {
+			_, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: fmt.Sprintf("lane%d", i)}, RunID: fmt.Sprintf("l%d", i), Owner: "o", TTL: time.Minute})
+			errs <- err
+		}()
+		<-g.arrived
+	}
+	for _, l := range leases {
+		go func() {
+			msg := []byte(`{"role":"user","content":"` + strings.Repeat("x", msgBytes) + `"}`)
+			errs <- s.SaveTranscript(ctx, l, store.Diff(nil, [][]byte{msg}, []store.Hash{{1}}))
+		}()
+	}
+	for {
+		s.send.mu.Lock()
+		n := len(s.send.queue)
+		s.send.mu.Unlock()
+		if n == saves {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(g.on)
+	for range saves + sendLanes {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every pipeline has arrived (each save returned after its own).
+	// Each save is its script and three index commands.
+	var got []int
+	for len(g.arrived) > 0 {
+		got = append(got, <-g.arrived/4)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []int{3, 17}) {
+		t.Fatalf("the queued saves went in groups of %v, want [3 17]", got)
 	}
 }
