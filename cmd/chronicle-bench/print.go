@@ -150,9 +150,10 @@ func printReport(w io.Writer, r *Report) {
 		var rows [][]string
 		for _, c := range r.Streams {
 			rows = append(rows, []string{c.Target, strconv.Itoa(c.OK), strconv.Itoa(c.Failed), strconv.FormatFloat(c.Seconds, 'f', 2, 64),
-				fmtMB(c.BaseRSSKB), fmtMB(c.PeakRSSKB), strconv.FormatFloat(c.KBPerStream, 'f', 1, 64)})
+				fmtMB(c.BaseRSSKB), fmtMB(c.PeakRSSKB), strconv.FormatFloat(c.KBPerStream, 'f', 1, 64),
+				strconv.FormatFloat(c.AnonKBPerStream, 'f', 1, 64)})
 		}
-		renderTable(w, []string{"target", "ok", "failed", "seconds", "rss MB before", "rss MB peak", "KB/stream"}, rows, 1)
+		renderTable(w, []string{"target", "ok", "failed", "seconds", "rss MB before", "rss MB peak", "KB/stream", "anon KB/stream"}, rows, 1)
 		for _, c := range r.Streams {
 			for _, e := range c.ErrorSamples {
 				fmt.Fprintf(w, "  %s: %s\n", c.Target, e)
