@@ -543,16 +543,16 @@ func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, send
 	}
 	r := result(cmd.Val())
 	if res := str(r[0]); res != "ok" {
-		if res == "needsys" {
-			return errNeedSystem // nothing written: sent again
-		}
 		if res != "notfound" && s.cluster {
 			// The run may still be running (a refused transcript or
-			// resume, a released lease): give it back to the sweeper,
-			// due now; the sweeper checks the thread's lease itself.
+			// resume, a released lease, a needsys about to be sent
+			// again): give it back to the sweeper, due now; the sweeper
+			// checks the thread's lease itself.
 			s.c.ZAddNX(ctx, s.active(), redis.Z{Score: 0, Member: member})
 		}
 		switch res {
+		case "needsys":
+			return errNeedSystem // the script wrote nothing: sent again with the blob
 		case "fenced":
 			return fmt.Errorf("thread %s run %s: %w", l.Key, l.RunID, store.ErrFenced)
 		case "notfound":

@@ -1422,7 +1422,7 @@ func testLargeMessages(t *testing.T, h *harness) {
 // read it.
 func testSystemBlob(t *testing.T, h *harness) {
 	k := store.Key{Tenant: "t", Thread: "system"}
-	msgs, hashes := Msgs(0, 12)
+	msgs, hashes := Msgs(0, 13)
 	small := []byte(`{"parts":[{"text":"be brief"}]}`)
 	large := []byte(`{"parts":[{"text":"` + strings.Repeat("a", 600<<10) + `"}]}`)
 	large2 := []byte(`{"parts":[{"text":"` + strings.Repeat("b", 300<<10) + `"}]}`)
@@ -1473,9 +1473,24 @@ func testSystemBlob(t *testing.T, h *harness) {
 	write("r4", small)  // to a small one
 	write("r5", large)  // back to large
 	write("r6", nil)    // cleared
+	// A finish that brings a new large system with no pending save
+	// before it (on Redis: the finish itself is sent again with it).
+	st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: "r7", Owner: "o", TTL: ttl, Fingerprint: "r7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fin := store.Diff(stored, msgs[:n+1], hashes[:n+1])
+	fin.System = large2
+	h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &fin})
+	if got := h.load(k); !bytes.Equal(got.System, large2) || len(got.Messages) != n+1 {
+		t.Fatalf("finish alone: system of %d bytes, %d messages", len(got.System), len(got.Messages))
+	}
+	if r := h.run(k, "r7"); r.Status != store.Completed {
+		t.Fatalf("finish alone: run %s", r.Status)
+	}
 	if err := h.s.DeleteThread(h.ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	_, err := h.s.LoadThread(h.ctx, k)
+	_, err = h.s.LoadThread(h.ctx, k)
 	wantErr(t, "load deleted", err, store.ErrNotFound)
 }
