@@ -223,23 +223,62 @@ type HOLCheck struct {
 	ErrSamples  []string `json:"error_samples,omitempty"`
 }
 
-// holCheck runs small streams for window alone, then again while one
-// connection sends big requests back to back. With profDir set it saves an
-// execution trace and a CPU profile of a chronicle target's second half
+// holSamples is what the rounds of one target's head-of-line check
+// gathered.
+type holSamples struct {
+	aloneGaps, aloneTTFEs, withGaps, withTTFEs, bigLat []int64
+}
+
+// holChecks runs the head-of-line check on every target in rounds taken
+// in turn across the targets, as the load phases do, so that a slow spell
+// of the VM falls on all of them rather than on one (direct's own figures,
+// which every target is compared with, moved by tens of milliseconds from
+// one minute to the next). Each round gives every target window/rounds
+// alone and as long beside the big requests; a target's p99s are over all
+// its rounds' samples. With profDir set the first round saves an
+// execution trace and a CPU profile of each chronicle target's second half
 // (<target>-hol.trace, <target>-hol.prof): the trace shows who held the P
 // while a small stream waited.
-func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix, profDir string) *HOLCheck {
-	h := &HOLCheck{Target: t.Name, BigBytes: len(big.body)}
+func holChecks(ts []*target, small, big *spec, window time.Duration, rounds int, tag func(*target) string, profDir string, logf func(string, ...any)) []*HOLCheck {
+	rounds = max(rounds, 1)
+	hs := make([]*HOLCheck, len(ts))
+	acc := make([]holSamples, len(ts))
+	for i, t := range ts {
+		hs[i] = &HOLCheck{Target: t.Name, BigBytes: len(big.body)}
+	}
+	for r := range rounds {
+		for i, t := range ts {
+			logf("head-of-line %s (round %d of %d)", t.Name, r+1, rounds)
+			prof := ""
+			if r == 0 {
+				prof = profDir
+			}
+			holRound(t, small, big, window/time.Duration(rounds), fmt.Sprintf("%s-r%d", tag(t), r), prof, hs[i], &acc[i])
+		}
+	}
+	for i, h := range hs {
+		a := &acc[i]
+		h.AloneGapP99, h.AloneTTFE99 = summarize(a.aloneGaps).P99, summarize(a.aloneTTFEs).P99
+		h.WithGapP99, h.WithTTFE99 = summarize(a.withGaps).P99, summarize(a.withTTFEs).P99
+		h.BigP50 = summarize(a.bigLat).P50
+	}
+	return hs
+}
+
+// holRound runs small streams for window alone, then again while one
+// connection sends big requests back to back, adding to h's counts and
+// acc's samples.
+func holRound(t *target, small, big *spec, window time.Duration, tidPrefix, profDir string, h *HOLCheck, acc *holSamples) {
 	c, err := newClient(t, 64)
 	if err != nil {
 		h.Errors++
-		h.ErrSamples = []string{err.Error()}
-		return h
+		h.ErrSamples = append(h.ErrSamples, err.Error())
+		return
 	}
 	defer c.close()
 	bigc, _ := newClient(t, 1)
 	defer bigc.close()
-	run := func(phase string) (gaps, ttfes []int64) {
+	run := func(phase string, gaps, ttfes *[]int64) {
 		l := &load{proxied: c, sp: small, conc: 4, dur: window, keepGaps: true}
 		if t.persisted {
 			l.tid = func(w int) string { return fmt.Sprintf("%s-%s-%d", tidPrefix, phase, w) }
@@ -247,8 +286,8 @@ func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix, prof
 		r := l.run()
 		for _, s := range r.samples {
 			if s.ok {
-				gaps = append(gaps, s.gaps...)
-				ttfes = append(ttfes, s.ttfe)
+				*gaps = append(*gaps, s.gaps...)
+				*ttfes = append(*ttfes, s.ttfe)
 			}
 		}
 		h.Streams += len(r.samples)
@@ -258,13 +297,10 @@ func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix, prof
 				h.ErrSamples = append(h.ErrSamples, e)
 			}
 		}
-		return gaps, ttfes
 	}
-	g, tt := run("alone")
-	h.AloneGapP99, h.AloneTTFE99 = summarize(g).P99, summarize(tt).P99
+	run("alone", &acc.aloneGaps, &acc.aloneTTFEs)
 
 	stop := make(chan struct{})
-	var bigLat []int64
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for range 50 {
@@ -277,7 +313,7 @@ func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix, prof
 			h.BigSent++
 			if s.ok {
 				h.BigOK++
-				bigLat = append(bigLat, s.lat)
+				acc.bigLat = append(acc.bigLat, s.lat)
 			} else {
 				h.Errors++
 				if len(h.ErrSamples) < 3 {
@@ -287,7 +323,7 @@ func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix, prof
 		}
 	})
 	var profiled sync.WaitGroup
-	if profDir != "" && t.root != "" {
+	if profDir != "" && t.root != "" && window >= time.Second { // profiles take whole seconds
 		for _, p := range []struct {
 			ext   string
 			fetch func(string, time.Duration, string) error
@@ -299,13 +335,10 @@ func holCheck(t *target, small, big *spec, window time.Duration, tidPrefix, prof
 			})
 		}
 	}
-	g, tt = run("with")
+	run("with", &acc.withGaps, &acc.withTTFEs)
 	close(stop)
 	wg.Wait()
 	profiled.Wait()
-	h.WithGapP99, h.WithTTFE99 = summarize(g).P99, summarize(tt).P99
-	h.BigP50 = summarize(bigLat).P50
-	return h
 }
 
 // bigBody is a non-stream request whose one user message makes it size bytes.

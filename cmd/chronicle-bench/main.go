@@ -68,7 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.IntVar(&s.Streams, "streams", 2000, "concurrent slow streams per target in the streams check (0 skips)")
 	fs.DurationVar(&s.SlowDelay, "streams-chunk-delay", 50*time.Millisecond, "mock delay between events of the slow streams")
 	fs.IntVar(&s.HOLBytes, "hol-bytes", 10<<20, "size of the big request in the head-of-line check (0 skips)")
-	fs.DurationVar(&s.HOLWindow, "hol-window", 4*time.Second, "length of each half of the head-of-line check (4 s: about 700 small streams, so p99 rests on 7 of them)")
+	fs.DurationVar(&s.HOLWindow, "hol-window", 4*time.Second, "length of each half of the head-of-line check, split into --rounds taken in turn across the targets (4 s: about 700 small streams, so p99 rests on 7 of them)")
 	fs.BoolVar(&s.Pin, "pin", false, "pin each proxy process to its own core with taskset (the mock to core 0)")
 	fs.StringVar(&s.Targets, "targets", "all", "comma list of direct,go-httputil,nginx,chronicle-pass,chronicle-embedded,chronicle-redis")
 	fs.StringVar(&s.Workloads, "workloads", "all", "comma list of chat,stream,chat-open,replace,append,replace-long")
@@ -408,10 +408,7 @@ func bench(s *settings, ts []*target, rep *Report, logf func(string, ...any)) {
 			headers: mockHeaders(s.Chunks, time.Millisecond), stream: true}
 		small.ref, _ = streamRef(direct, small)
 		big := &spec{path: "/v1/chat/completions", body: bigBody(s.HOLBytes), headers: mockHeaders(1, 0)}
-		for _, t := range ts {
-			logf("head-of-line %s", t.Name)
-			rep.HOL = append(rep.HOL, holCheck(t, small, big, s.HOLWindow, "b"+runTag+"-"+t.short+"-hol", s.cpuProfile))
-		}
+		rep.HOL = holChecks(ts, small, big, s.HOLWindow, s.Rounds, func(t *target) string { return "b" + runTag + "-" + t.short + "-hol" }, s.cpuProfile, logf)
 	}
 }
 
