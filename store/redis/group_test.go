@@ -49,6 +49,20 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
+// queuedBatches is how many batches wait in s's sender queue.
+func queuedBatches(s *Store) int {
+	s.send.mu.Lock()
+	defer s.send.mu.Unlock()
+	return len(s.send.queue)
+}
+
+// waitQueued yields until n batches wait in s's sender queue.
+func waitQueued(s *Store, n int) {
+	for queuedBatches(s) != n {
+		runtime.Gosched()
+	}
+}
+
 // TestConcurrentBatchesShareRoundTrips holds both lanes' round trips at the
 // client, queues more starts behind them, cancels one queued start, and
 // then lets everything through: the queued starts go as one pipeline, each
@@ -93,29 +107,19 @@ func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
 	if n := <-g.arrived; n != 4 {
 		t.Fatalf("the big transcript went in a pipeline of %d commands, want 4 (its own)", n)
 	}
-	queued := func() int {
-		s.send.mu.Lock()
-		defer s.send.mu.Unlock()
-		return len(s.send.queue)
-	}
-	waitQueued := func(n int) {
-		for queued() != n {
-			runtime.Gosched()
-		}
-	}
 	const waiting = 6
 	for i := sendLanes; i < sendLanes+waiting; i++ {
 		go start(ctx, i)
 	}
-	waitQueued(waiting)
+	waitQueued(s, waiting)
 	cctx, cancel := context.WithCancel(ctx)
 	go start(cctx, 99)
-	waitQueued(waiting + 1)
+	waitQueued(s, waiting + 1)
 	cancel()
 	if r := <-done; r.i != 99 || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled queued start: %d %v, want 99 context.Canceled", r.i, r.err)
 	}
-	if n := queued(); n != waiting {
+	if n := queuedBatches(s); n != waiting {
 		t.Fatalf("queue holds %d after the cancel, want %d", n, waiting)
 	}
 
@@ -177,15 +181,7 @@ func TestGroupsBoundedByBytes(t *testing.T) {
 			errs <- s.SaveTranscript(ctx, l, store.Diff(nil, [][]byte{msg}, []store.Hash{{1}}))
 		}()
 	}
-	for {
-		s.send.mu.Lock()
-		n := len(s.send.queue)
-		s.send.mu.Unlock()
-		if n == saves {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitQueued(s, saves)
 	close(g.on)
 	for range saves + sendLanes {
 		if err := <-errs; err != nil {

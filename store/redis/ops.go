@@ -217,25 +217,41 @@ func (s *Store) fetchBlobs(ctx context.Context, k store.Key, th *store.Thread) e
 	return nil
 }
 
+// systemSend is how a transcript write passes its system blob: the sum,
+// computed once per write however often it is sent, and whether the blob
+// itself goes too (after a needsys).
+type systemSend struct {
+	sum  string
+	blob bool
+}
+
+func sendSystem(t *store.Transcript) systemSend {
+	if t == nil || t.System == nil {
+		return systemSend{}
+	}
+	sum := sha256.Sum256(t.System)
+	return systemSend{sum: string(sum[:])}
+}
+
 // transcriptArgs is a transcript write's arguments up to its messages. A
 // system blob of blobMin bytes or more goes by its sum alone ('3'), unless
-// sendSystem: then it is staged in b ('2'); a smaller one goes whole ('1').
+// sys.blob: then it is staged in b ('2'); a smaller one goes whole ('1').
 // See sysready in the scripts.
-func (s *Store) transcriptArgs(b *batch, k store.Key, run string, t *store.Transcript, sendSystem bool) []any {
-	hassys, sum, sys := "0", "", ""
+func (s *Store) transcriptArgs(b *batch, k store.Key, run string, t *store.Transcript, sys systemSend) []any {
+	hassys, blob := "0", ""
 	switch {
 	case t.System == nil:
 	case len(t.System) < blobMin:
-		hassys, sum, sys = "1", systemSum(t.System), string(t.System)
-	case !sendSystem:
-		hassys, sum = "3", systemSum(t.System)
+		hassys, blob = "1", string(t.System)
+	case !sys.blob:
+		hassys = "3"
 	default:
 		name := run + ":sys"
 		b.pipe.Set(b.ctx, s.prefix(k)+"stage:"+name, t.System, stageTTL)
 		b.size += len(t.System)
-		hassys, sum, sys = "2", systemSum(t.System), name
+		hassys, blob = "2", name
 	}
-	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), hassys, sum, sys, t.Connection, t.Format, t.Model}
+	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), hassys, sys.sum, blob, t.Connection, t.Format, t.Model}
 }
 
 // loadFlag is the start script's load argument: '0' no thread, '1' the
@@ -250,12 +266,6 @@ func loadFlag(sr store.StartRun) string {
 	return "1"
 }
 
-// systemSum names a system blob in the scripts' comparisons.
-func systemSum(sys []byte) string {
-	sum := sha256.Sum256(sys)
-	return string(sum[:])
-}
-
 // errNeedSystem: a write that sent a large system blob by its sum found
 // another one stored; it is sent again with the blob.
 var errNeedSystem = errors.New("stored system blob differs")
@@ -268,17 +278,19 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 	if err := t.Check(); err != nil {
 		return err
 	}
-	err := s.saveTranscript(ctx, l, &t, false)
+	sys := sendSystem(&t)
+	err := s.saveTranscript(ctx, l, &t, sys)
 	if errors.Is(err, errNeedSystem) {
-		err = s.saveTranscript(ctx, l, &t, true)
+		sys.blob = true
+		err = s.saveTranscript(ctx, l, &t, sys)
 	}
 	return err
 }
 
-func (s *Store) saveTranscript(ctx context.Context, l store.Lease, t *store.Transcript, sendSystem bool) error {
+func (s *Store) saveTranscript(ctx context.Context, l store.Lease, t *store.Transcript, sys systemSend) error {
 	now := s.now()
 	b := s.batch(ctx)
-	args := append([]any{l.RunID, l.Token, now}, s.transcriptArgs(b, l.Key, l.RunID, t, sendSystem)...)
+	args := append([]any{l.RunID, l.Token, now}, s.transcriptArgs(b, l.Key, l.RunID, t, sys)...)
 	args = s.stage(b, l.Key, l.RunID, t.Messages, args)
 	cmd := b.script(saveScript, []string{s.meta(l.Key)}, args...)
 	s.queueIndex(ctx, b.pipe, l.Key, now, true)
@@ -455,14 +467,16 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 	if err := l.Key.Validate(); err != nil {
 		return err
 	}
-	err := s.finish(ctx, l, &f, false)
+	sys := sendSystem(f.Transcript)
+	err := s.finish(ctx, l, &f, sys)
 	if errors.Is(err, errNeedSystem) {
-		err = s.finish(ctx, l, &f, true)
+		sys.blob = true
+		err = s.finish(ctx, l, &f, sys)
 	}
 	return err
 }
 
-func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sendSystem bool) error {
+func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sys systemSend) error {
 	args := make([]any, 0, 51+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
 	now := s.now()
 	keys := []string{s.meta(l.Key)}
@@ -510,7 +524,7 @@ func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, send
 	args = append(args, f.Resumes, s.opts.EventRetention.Milliseconds())
 	if f.Transcript != nil {
 		args = append(args, "1")
-		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, f.Transcript, sendSystem)...)
+		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, f.Transcript, sys)...)
 	} else {
 		args = append(args, "0", 0, "", "", "0", "", "", "", "", "")
 	}
