@@ -114,7 +114,7 @@ func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
 	waitQueued(s, waiting)
 	cctx, cancel := context.WithCancel(ctx)
 	go start(cctx, 99)
-	waitQueued(s, waiting + 1)
+	waitQueued(s, waiting+1)
 	cancel()
 	if r := <-done; r.i != 99 || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled queued start: %d %v, want 99 context.Canceled", r.i, r.err)
