@@ -53,7 +53,9 @@ const followBlock = 2 * time.Second
 
 // FollowEvents reads the run's stream after `after` and then blocks on it
 // (XREAD BLOCK) until the end marker the finishing step appends
-// ("<n>-1", field e).
+// ("<n>-1", field e). Before it first blocks it marks the run followed, so
+// that a run which ends without events still gets the marker that wakes
+// it.
 func (s *Store) FollowEvents(ctx context.Context, k store.Key, id string, after int64, fn func(store.Event) error) error {
 	if err := k.Validate(); err != nil {
 		return err
@@ -105,7 +107,9 @@ func (s *Store) FollowEvents(ctx context.Context, k store.Key, id string, after 
 			// the log expired or was trimmed away.
 			return nil
 		}
-		st, err := s.c.HGet(ctx, rk, "st").Result()
+		// The run's status, and (running) a request for the end marker: a
+		// run without events gets its log's end only when someone follows.
+		st, err := followScript.Run(ctx, s.c, []string{rk}).Text()
 		if errors.Is(err, redis.Nil) {
 			return fmt.Errorf("run %s/%s: %w", k, id, store.ErrNotFound)
 		}

@@ -12,9 +12,16 @@ local function fenced(run, tok)
   local m = redis.call('HMGET', meta, 'l_run', 'l_tok')
   return m[1] ~= run or m[2] ~= tok
 end
+-- endlog ends a run's event log with the marker "<n>-1" (field e) that
+-- followers stop at. A run without events has no log: it gets one only
+-- when a follower asked for it (the run field 'fol', set by
+-- followScript before the follower blocks on the log), so a turn that was
+-- not streamed creates no stream key.
 local function endlog(run, ret)
+  local m = redis.call('HMGET', p .. 'run:' .. run, 'ev', 'fol')
+  local n = m[1] or '0'
+  if n == '0' and not m[2] then return end
   local ek = p .. 'ev:' .. run
-  local n = redis.call('HGET', p .. 'run:' .. run, 'ev') or '0'
   redis.call('XADD', ek, n .. '-1', 'e', '1')
   redis.call('PEXPIRE', ek, ret)
 end
@@ -242,7 +249,7 @@ return 1
 
 // scripts are loaded into the server's cache at Open.
 var scripts = []*redis.Script{startScript, unstartScript, runIDScript, unclaimScript, saveScript, renewScript,
-	releaseScript, finishScript, appendScript, lostScript, cancelScript, listRunsScript, deleteScript}
+	releaseScript, finishScript, appendScript, lostScript, followScript, cancelScript, listRunsScript, deleteScript}
 
 // runIDScript claims a run id for a thread in the tenant's run index.
 // KEYS[1] tenant run index; ARGV run, thread. Returns 0 (another thread
@@ -368,17 +375,15 @@ local function finish()
     if sr then return {sr} end
     writetr(keep, hashblob, hassys, syssum, sys, conn, fmt, tmodel, msgs, now)
   end
-  local rset, rdel = {'st', status, 'reason', reason, 'fin', now}, {}
+  -- The run is running, so no finish has written its fields before.
+  local rset = {'st', status, 'reason', reason, 'fin', now}
   local function put(f, v) rset[#rset + 1] = f; rset[#rset + 1] = v end
-  if errf == '1' then put('err', err) else rdel[#rdel + 1] = 'err' end
+  if errf == '1' then put('err', err) end
   if uf == '1' then
     put('ui', ui); put('uo', uo); put('uc', uc); put('ur', ur)
-    redis.call('HINCRBY', meta, 'ui', ui)
-    redis.call('HINCRBY', meta, 'uo', uo)
-    redis.call('HINCRBY', meta, 'uc', uc)
-    redis.call('HINCRBY', meta, 'ur', ur)
-  else
-    rdel[#rdel + 1] = 'ui'; rdel[#rdel + 1] = 'uo'; rdel[#rdel + 1] = 'uc'; rdel[#rdel + 1] = 'ur'
+    for _, u in ipairs({{'ui', ui}, {'uo', uo}, {'uc', uc}, {'ur', ur}}) do
+      if u[2] ~= '0' then redis.call('HINCRBY', meta, u[1], u[2]) end
+    end
   end
   if model ~= '' then put('model', model) end
   if pf == '1' then put('partial', partial) end
@@ -400,7 +405,6 @@ local function finish()
   if rstf == '1' then put('rst', rst) end
   if sidf == '1' then put('sid', sid) end
   redis.call('HSET', rk, unpack(rset))
-  if #rdel > 0 then redis.call('HDEL', rk, unpack(rdel)) end
   local ik = p .. 'intr'
   for _, c in ipairs(intr) do
     redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
@@ -489,6 +493,15 @@ local m = redis.call('HMGET', meta, 'l_run', 'l_exp')
 if m[1] == run and tonumber(m[2]) > now then return {'alive', m[2]} end
 lost(run, now, ARGV[3])
 return {'lost'}
+`)
+
+// followScript: KEYS run. Returns the run's status (nil: no run) and, for
+// a running run, sets its field 'fol', so that its finish writes the end
+// marker of its event log even when it has no events (endlog).
+var followScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[1], 'st')
+if st == 'running' then redis.call('HSET', KEYS[1], 'fol', '1') end
+return st
 `)
 
 // cancelScript: ARGV run. Returns 0 if the run does not exist.

@@ -1,0 +1,96 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chronicle-proxy/chronicle/store"
+)
+
+// blockedRead signals when a blocking XREAD is sent: a follower has read
+// what there was and waits on the log.
+type blockedRead struct{ blocked chan struct{} }
+
+func (h *blockedRead) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *blockedRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "xread" && slices.Contains(cmd.Args(), any("block")) {
+			select {
+			case h.blocked <- struct{}{}:
+			default:
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *blockedRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestRunWithoutEventsHasNoLog: a run that ends without events (a turn
+// that was not streamed) leaves no event log key behind, unless a
+// follower waits on it: then its end marker is written, and it is what
+// wakes the follower (without it the follower would only notice the end
+// when its blocking read timed out).
+func TestRunWithoutEventsHasNoLog(t *testing.T) {
+	ctx := context.Background()
+	s, cl := openOwn(t)
+	k := store.Key{Tenant: "t", Thread: "quiet"}
+	logLen := func(run string) int64 {
+		t.Helper()
+		n, err := cl.XLen(ctx, s.prefix(k)+"ev:"+run).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	start := func(run string) store.Lease {
+		t.Helper()
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Lease
+	}
+	finish := func(l store.Lease) {
+		t.Helper()
+		if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &store.Transcript{}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	finish(start("quiet"))
+	if n := logLen("quiet"); n != 0 {
+		t.Fatalf("a run without events or followers left a log of %d entries", n)
+	}
+	if err := s.FollowEvents(ctx, k, "quiet", 0, func(store.Event) error { return nil }); err != nil {
+		t.Fatalf("following the ended run: %v", err)
+	}
+
+	l := start("followed")
+	hook := &blockedRead{blocked: make(chan struct{}, 1)}
+	cl.AddHook(hook)
+	done := make(chan error, 1)
+	go func() { done <- s.FollowEvents(ctx, k, "followed", 0, func(store.Event) error { return nil }) }()
+	<-hook.blocked
+	finish(l)
+	if err := <-done; err != nil {
+		t.Fatalf("follower: %v", err)
+	}
+	if n := logLen("followed"); n != 1 {
+		t.Fatalf("a followed run without events has a log of %d entries, want its end marker", n)
+	}
+
+	l = start("streamed")
+	if err := s.AppendEvents(ctx, l, 1, [][]byte{[]byte("e1")}); err != nil {
+		t.Fatal(err)
+	}
+	finish(l)
+	if n := logLen("streamed"); n != 2 {
+		t.Fatalf("a streamed run's log has %d entries, want its event and end marker", n)
+	}
+}

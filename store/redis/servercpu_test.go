@@ -1,0 +1,109 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chronicle-proxy/chronicle/store"
+	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
+	"github.com/chronicle-proxy/chronicle/store/storetest"
+)
+
+// serverStats reads a server's CPU seconds and its command calls (the
+// commands scripts run count, the scripts themselves and INFO do not).
+func serverStats(b *testing.B, cl *redis.Client) (cpu float64, calls int64) {
+	b.Helper()
+	info, err := cl.Info(context.Background(), "cpu", "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case k == "used_cpu_user" || k == "used_cpu_sys":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		case strings.HasPrefix(k, "cmdstat_") && k != "cmdstat_evalsha" && k != "cmdstat_info":
+			f, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			n, _ := strconv.ParseInt(f, 10, 64)
+			calls += n
+		}
+	}
+	return cpu, calls
+}
+
+// BenchmarkServerCPU measures what a persisted non-stream turn costs the
+// Redis server, the store shared by every replica: 32 callers each run
+// turns on a 21-message thread of their own as the proxy does in replace
+// mode (start with the thread, known digest; finish with the same
+// transcript, usage and the response), and the server's CPU and the
+// commands its scripts ran are reported per turn.
+func BenchmarkServerCPU(b *testing.B) {
+	srv := redistest.Start(b)
+	cl := srv.Client(b)
+	ctx := context.Background()
+	s, err := redisstore.Open(ctx, redisstore.Options{URL: srv.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	const callers = 32
+	msgs, hashes := storetest.Msgs(0, 21)
+	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("x", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
+	digest := store.Digest(hashes)
+	sess := "sess"
+	turn := func(k store.Key, run string) error {
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: 30 * time.Second, Fingerprint: "fp", Model: "m",
+			LoadThread: true, KnownDigest: digest, NoSystem: true})
+		if err != nil {
+			return err
+		}
+		tr := store.Diff(st.Thread.Hashes, msgs, hashes)
+		if st.Unchanged {
+			tr = store.Diff(hashes, msgs, hashes)
+		}
+		return s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Model: "m", Response: resp,
+			SessionID: &sess, Usage: &store.Usage{InputTokens: 10, OutputTokens: 20}})
+	}
+	for c := range callers {
+		if err := turn(store.Key{Tenant: "t", Thread: fmt.Sprintf("th%d", c)}, fmt.Sprintf("seed%d", c)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0, calls0 := serverStats(b, cl)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := (b.N + callers - 1) / callers
+	for c := range callers {
+		wg.Go(func() {
+			k := store.Key{Tenant: "t", Thread: fmt.Sprintf("th%d", c)}
+			for i := range per {
+				if err := turn(k, fmt.Sprintf("r%d-%d", c, i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu1, calls1 := serverStats(b, cl)
+	turns := float64(per * callers)
+	b.ReportMetric((cpu1-cpu0)/turns*1e6, "server-µs/turn")
+	b.ReportMetric(float64(calls1-calls0)/turns, "calls/turn")
+	if testing.Verbose() {
+		info, _ := cl.Info(ctx, "commandstats").Result()
+		b.Log(info)
+	}
+}
