@@ -11,60 +11,83 @@ import (
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
 
 // meteredStore times every store operation the proxy makes and counts its
-// failures; the backend itself stays unaware of metrics.
+// failures; the backend itself stays unaware of metrics. Its methods take a
+// pointer: a value in the store.Store interface would go through a
+// generated wrapper that copies every argument and result once more, and
+// StartRun's result is large (the stack of the request that waits on it).
 type meteredStore struct {
 	store.Store
 	m *serverMetrics
 }
 
-func (s meteredStore) LoadThread(ctx context.Context, k store.Key) (t store.Thread, err error) {
-	defer s.m.observeStore("load_thread", time.Now(), err)
-	return s.Store.LoadThread(ctx, k)
+func (s *meteredStore) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
+	start := time.Now()
+	t, err := s.Store.LoadThread(ctx, k)
+	s.m.observeStore("load_thread", start, err)
+	return t, err
 }
 
-func (s meteredStore) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) (err error) {
-	defer s.m.observeStore("save_transcript", time.Now(), err)
-	return s.Store.SaveTranscript(ctx, l, t)
+func (s *meteredStore) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
+	start := time.Now()
+	err := s.Store.SaveTranscript(ctx, l, t)
+	s.m.observeStore("save_transcript", start, err)
+	return err
 }
 
-func (s meteredStore) StartRun(ctx context.Context, r store.StartRun) (st store.Started, err error) {
-	defer s.m.observeStore("start_run", time.Now(), errIgnoring(err, store.ErrLeaseHeld, store.ErrConflict))
-	return s.Store.StartRun(ctx, r)
+func (s *meteredStore) StartRun(ctx context.Context, r store.StartRun) (store.Started, error) {
+	start := time.Now()
+	st, err := s.Store.StartRun(ctx, r)
+	s.m.observeStore("start_run", start, errIgnoring(err, store.ErrLeaseHeld, store.ErrConflict))
+	return st, err
 }
 
-func (s meteredStore) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (r store.Renewal, err error) {
-	defer s.m.observeStore("renew", time.Now(), err)
-	return s.Store.Renew(ctx, l, p)
+func (s *meteredStore) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (store.Renewal, error) {
+	start := time.Now()
+	r, err := s.Store.Renew(ctx, l, p)
+	s.m.observeStore("renew", start, err)
+	return r, err
 }
 
-func (s meteredStore) Finish(ctx context.Context, l store.Lease, f store.Finish) (err error) {
-	defer s.m.observeStore("finish", time.Now(), err)
-	return s.Store.Finish(ctx, l, f)
+func (s *meteredStore) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
+	start := time.Now()
+	err := s.Store.Finish(ctx, l, f)
+	s.m.observeStore("finish", start, err)
+	return err
 }
 
-func (s meteredStore) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) (err error) {
-	defer s.m.observeStore("append_events", time.Now(), err)
-	return s.Store.AppendEvents(ctx, l, first, events)
+func (s *meteredStore) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) error {
+	start := time.Now()
+	err := s.Store.AppendEvents(ctx, l, first, events)
+	s.m.observeStore("append_events", start, err)
+	return err
 }
 
-func (s meteredStore) GetRun(ctx context.Context, k store.Key, runID string) (r store.Run, err error) {
-	defer s.m.observeStore("get_run", time.Now(), err)
-	return s.Store.GetRun(ctx, k, runID)
+func (s *meteredStore) GetRun(ctx context.Context, k store.Key, runID string) (store.Run, error) {
+	start := time.Now()
+	r, err := s.Store.GetRun(ctx, k, runID)
+	s.m.observeStore("get_run", start, err)
+	return r, err
 }
 
-func (s meteredStore) ListRuns(ctx context.Context, k store.Key) (r []store.Run, err error) {
-	defer s.m.observeStore("list_runs", time.Now(), err)
-	return s.Store.ListRuns(ctx, k)
+func (s *meteredStore) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) {
+	start := time.Now()
+	r, err := s.Store.ListRuns(ctx, k)
+	s.m.observeStore("list_runs", start, err)
+	return r, err
 }
 
-func (s meteredStore) Sweep(ctx context.Context) (r []store.RunRef, err error) {
-	defer s.m.observeStore("sweep", time.Now(), err)
-	return s.Store.Sweep(ctx)
+func (s *meteredStore) Sweep(ctx context.Context) ([]store.RunRef, error) {
+	start := time.Now()
+	r, err := s.Store.Sweep(ctx)
+	s.m.observeStore("sweep", start, err)
+	return r, err
 }
 
-func (s meteredStore) ListThreads(ctx context.Context, q store.ThreadQuery) (p store.ThreadPage, err error) {
-	defer s.m.observeStore("list_threads", time.Now(), err)
-	return s.Store.ListThreads(ctx, q)
+func (s *meteredStore) ListThreads(ctx context.Context, q store.ThreadQuery) (store.ThreadPage, error) {
+	start := time.Now()
+	p, err := s.Store.ListThreads(ctx, q)
+	s.m.observeStore("list_threads", start, err)
+	return p, err
 }
 
 // errIgnoring drops the errors that are answers, not failures.

@@ -198,7 +198,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		procs:        newProcBoost(opts.LargeRequestProcs),
 	}
 	if opts.Store != nil {
-		s.store = meteredStore{Store: opts.Store, m: s.metrics}
+		s.store = &meteredStore{Store: opts.Store, m: s.metrics}
 		s.feeds = newRunFeeds(s.store)
 		if n := cfg.Store.ThreadCacheBytes; n != nil {
 			s.threads = newThreadCache(*n)

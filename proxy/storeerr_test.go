@@ -51,6 +51,10 @@ connections:
 	if !strings.Contains(string(metrics), "chronicle_unpersisted_requests_total 1") {
 		t.Fatal("the pass-through is not counted")
 	}
+	// Both requests' starts failed, and the metrics say so.
+	if !strings.Contains(string(metrics), `chronicle_store_errors_total{op="start_run"} 2`) {
+		t.Fatalf("the failed starts are not counted:\n%s", grepLines(string(metrics), "chronicle_store_errors_total"))
+	}
 }
 
 // TestPartialSnapshots: with snapshot_streaming, a run in flight shows its
