@@ -26,9 +26,7 @@ type batch struct {
 	cmds    []redis.Cmder // pipe's commands, kept when exec sends them
 	size    int           // bytes of the scripts' string and []byte arguments
 
-	// Set while the batch waits in the sender's queue.
-	wake  chan bool // true: lead the group in group; false: sent
-	group []*batch
+	sent chan struct{} // closed when a lane has sent it
 }
 
 type queuedScript struct {
@@ -60,19 +58,27 @@ func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd 
 
 // sender groups the batches of concurrent callers into shared round trips,
 // the way the embedded store groups commits. At most sendLanes round trips
-// are in flight. A batch that finds every lane busy waits in the queue;
-// when a lane frees up, the caller at the head of the queue takes the lane
-// and sends the queued batches (up to maxGroup, and maxGroupBytes of
-// arguments) as one pipeline: one write
-// and one read for all of them, where each would otherwise pay its own
-// syscalls and wake-ups, on the proxy and on the server. An idle store
-// sends at once, so grouping adds no latency; under load a batch waits at
-// most for one round trip in flight. Nothing runs on a timer and no
-// goroutine is added: each group is sent by one of its own callers.
+// are in flight. A caller that finds a lane free and nobody queued sends
+// its batch at once, itself: an idle store adds neither latency nor a
+// hand-off. Otherwise it queues its batch and waits; when a round trip
+// ends and batches are queued, its lane goes to one of sendLanes sender
+// goroutines, which sends the queued batches (up to maxGroup, and
+// maxGroupBytes of arguments) as one pipeline, and the next group after
+// it, until none is queued: one write and one read for all of them, where
+// each would otherwise pay its own syscalls and wake-ups, on the proxy and
+// on the server. Under load a batch waits at most for one round trip in
+// flight. Nothing runs on a timer.
 //
-// A batch larger than bigBatch (a long transcript) goes alone and takes no
-// lane: its transfer would hold up every batch grouped with it, and the
-// lanes are kept for the small, frequent ones.
+// Queued batches are sent by goroutines of the store's own, not by one of
+// their callers, because go-redis's send and read paths are deep (about
+// 3 KiB of stack, 6 KiB when the pool dials) and a caller is a request's
+// goroutine already deep in the proxy: one that led a group had its stack
+// doubled to 32 KiB, and in a burst of 2,000 streams opening at once (all
+// of them queued behind each other) the streams kept those stacks.
+//
+// A batch larger than bigBatch (a long transcript) goes alone, from its
+// caller, and takes no lane: its transfer would hold up every batch grouped
+// with it, and the lanes are kept for the small, frequent ones.
 //
 // A group is sent under a context that its callers' cancellations do not
 // end (go-redis's read and write timeouts bound it), so one caller going
@@ -80,9 +86,12 @@ func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd 
 // its batch is still queued leaves the queue and gets the context's error:
 // its commands are then never sent.
 type sender struct {
-	mu    sync.Mutex
-	busy  int
-	queue []*batch
+	mu     sync.Mutex
+	busy   int // lanes in use: round trips in flight, or a sender goroutine's turn
+	queue  []*batch
+	lanes  chan struct{} // a lane handed to the sender goroutines
+	closed chan struct{} // Close: the sender goroutines end
+	once   sync.Once
 }
 
 const (
@@ -95,6 +104,24 @@ const (
 	maxGroupBytes = 1 << 20
 	bigBatch      = 64 << 10
 )
+
+// startSenders starts the sender goroutines; Close ends them.
+func (s *Store) startSenders() {
+	q := &s.send
+	q.lanes = make(chan struct{}, sendLanes)
+	q.closed = make(chan struct{})
+	for range sendLanes {
+		go s.sendQueued()
+	}
+}
+
+// stopSenders ends the sender goroutines once they are idle.
+func (s *Store) stopSenders() {
+	q := &s.send
+	if q.closed != nil {
+		q.once.Do(func() { close(q.closed) })
+	}
+}
 
 // exec sends the batch, alone or in a group, and returns the first error
 // of any of its commands other than redis.Nil (unmapped: callers read each
@@ -114,12 +141,11 @@ func (b *batch) exec(s *Store) error {
 		s.passLane()
 		return b.result(s)
 	}
-	b.wake = make(chan bool, 1)
+	b.sent = make(chan struct{})
 	q.queue = append(q.queue, b)
 	q.mu.Unlock()
-	var lead bool
 	select {
-	case lead = <-b.wake:
+	case <-b.sent:
 	case <-b.ctx.Done():
 		q.mu.Lock()
 		for i, w := range q.queue {
@@ -130,47 +156,62 @@ func (b *batch) exec(s *Store) error {
 			}
 		}
 		q.mu.Unlock()
-		lead = <-b.wake // taken into a group already: it is being sent
-	}
-	if lead {
-		group := b.group
-		b.group = nil
-		b.sendGroup(s, group)
-		for _, w := range group[1:] {
-			w.wake <- false
-		}
-		s.passLane()
+		<-b.sent // taken into a group already: it is being sent
 	}
 	return b.result(s)
 }
 
-// passLane hands the lane of a round trip that just ended to the head of
-// the queue, with the batches it is to send, or frees it.
+// passLane hands the lane of a round trip that just ended to the sender
+// goroutines when batches are queued, or frees it.
 func (s *Store) passLane() {
 	q := &s.send
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if len(q.queue) == 0 {
 		q.busy--
-		q.mu.Unlock()
 		return
 	}
-	n, size := 1, q.queue[0].size
-	for n < min(len(q.queue), maxGroup) && size+q.queue[n].size <= maxGroupBytes {
-		size += q.queue[n].size
-		n++
-	}
-	group := make([]*batch, n)
-	copy(group, q.queue)
-	rest := copy(q.queue, q.queue[n:])
-	clear(q.queue[rest:])
-	q.queue = q.queue[:rest]
-	q.mu.Unlock()
-	group[0].group = group
-	group[0].wake <- true
+	q.lanes <- struct{}{} // never blocks: at most sendLanes lanes exist
 }
 
-// sendGroup sends b alone (group nil) or the group b leads, in one round
-// trip. Each command's result or error lands in its own Cmd: go-redis
+// sendQueued is a sender goroutine: given a lane, it sends the queued
+// batches a group per round trip until none is left, then frees the lane.
+func (s *Store) sendQueued() {
+	q := &s.send
+	for {
+		select {
+		case <-q.lanes:
+		case <-q.closed:
+			return
+		}
+		for {
+			q.mu.Lock()
+			if len(q.queue) == 0 {
+				q.busy--
+				q.mu.Unlock()
+				break
+			}
+			n, size := 1, q.queue[0].size
+			for n < min(len(q.queue), maxGroup) && size+q.queue[n].size <= maxGroupBytes {
+				size += q.queue[n].size
+				n++
+			}
+			group := make([]*batch, n)
+			copy(group, q.queue)
+			rest := copy(q.queue, q.queue[n:])
+			clear(q.queue[rest:])
+			q.queue = q.queue[:rest]
+			q.mu.Unlock()
+			group[0].sendGroup(s, group)
+			for _, w := range group {
+				close(w.sent)
+			}
+		}
+	}
+}
+
+// sendGroup sends b alone (group nil, or a group of one) or the group b
+// leads, in one round trip. Each command's result or error lands in its own Cmd: go-redis
 // marks every command it got no reply for with the connection's error, so
 // each batch reads its own outcome from its commands alone.
 func (b *batch) sendGroup(s *Store, group []*batch) {

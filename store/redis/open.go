@@ -186,6 +186,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: key prefix has a brace", store.ErrInvalid)
 	}
 	s := &Store{opts: opts, pre: opts.KeyPrefix}
+	s.startSenders()
 	if opts.Client != nil {
 		s.c = opts.Client
 	} else {
@@ -244,8 +245,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the client if Open created it.
+// Close ends the sender goroutines and closes the client if Open created it.
 func (s *Store) Close() error {
+	s.stopSenders()
 	if s.ownClient {
 		return s.c.Close()
 	}
