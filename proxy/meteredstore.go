@@ -34,6 +34,16 @@ func (s *meteredStore) SaveTranscript(ctx context.Context, l store.Lease, t stor
 	return err
 }
 
+// SaveTranscriptAsync times an asynchronous save from its call to its
+// outcome; a backend that cannot queue one gets a goroutine that waits.
+func (s *meteredStore) SaveTranscriptAsync(ctx context.Context, l store.Lease, t store.Transcript, done func(error)) {
+	start := time.Now()
+	saveAsync(ctx, s.Store, l, t, func(err error) {
+		s.m.observeStore("save_transcript", start, err)
+		done(err)
+	})
+}
+
 func (s *meteredStore) StartRun(ctx context.Context, r store.StartRun) (store.Started, error) {
 	start := time.Now()
 	st, err := s.Store.StartRun(ctx, r)

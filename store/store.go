@@ -489,6 +489,21 @@ type Store interface {
 	Close() error
 }
 
+// AsyncSaver is a Store that can queue a transcript write without the
+// caller waiting for it. SaveTranscriptAsync applies t as SaveTranscript
+// would and returns at once; done gets the outcome SaveTranscript would
+// have returned, exactly once, on a goroutine of the store's (or on the
+// caller's, before SaveTranscriptAsync returns, when t or l is invalid).
+// done must not block. ctx bounds the write as it bounds SaveTranscript;
+// a write still queued when ctx ends is not sent.
+//
+// The proxy saves a streamed turn's pending transcript this way: with a
+// goroutine per write waiting on the store, a burst of streams opening at
+// once held a goroutine stack per stream for as long as the store lagged.
+type AsyncSaver interface {
+	SaveTranscriptAsync(ctx context.Context, l Lease, t Transcript, done func(error))
+}
+
 // CheckFinish validates a Finish before a backend applies it.
 func CheckFinish(f *Finish) error {
 	if !f.Status.Final() {

@@ -26,7 +26,8 @@ type batch struct {
 	cmds    []redis.Cmder // pipe's commands, kept when exec sends them
 	size    int           // bytes of the scripts' string and []byte arguments
 
-	sent chan struct{} // closed when a lane has sent it
+	sent   chan struct{} // closed when a lane has sent it
+	onSent func(error)   // an asynchronous batch's caller (execAsync)
 }
 
 type queuedScript struct {
@@ -161,6 +162,27 @@ func (b *batch) exec(s *Store) error {
 	return b.result(s)
 }
 
+// execAsync queues the batch and returns; a sender goroutine sends it and
+// calls done with what exec would have returned. A batch whose context
+// ended while it was queued is not sent. A batch larger than bigBatch
+// goes alone, from a goroutine of its own.
+func (b *batch) execAsync(s *Store, done func(error)) {
+	b.cmds = b.pipe.Cmds()
+	if b.size > bigBatch {
+		go func() { done(b.exec(s)) }()
+		return
+	}
+	b.onSent = done
+	q := &s.send
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queue = append(q.queue, b)
+	if q.busy < sendLanes {
+		q.busy++
+		q.lanes <- struct{}{}
+	}
+}
+
 // passLane hands the lane of a round trip that just ended to the sender
 // goroutines when batches are queued, or frees it.
 func (s *Store) passLane() {
@@ -196,15 +218,31 @@ func (s *Store) sendQueued() {
 				size += q.queue[n].size
 				n++
 			}
-			group := make([]*batch, n)
-			copy(group, q.queue)
+			group := make([]*batch, 0, n)
+			var expired []*batch
+			for _, w := range q.queue[:n] {
+				if w.onSent != nil && w.ctx.Err() != nil {
+					expired = append(expired, w)
+				} else {
+					group = append(group, w)
+				}
+			}
 			rest := copy(q.queue, q.queue[n:])
 			clear(q.queue[rest:])
 			q.queue = q.queue[:rest]
 			q.mu.Unlock()
-			group[0].sendGroup(s, group)
+			for _, w := range expired {
+				w.onSent(w.ctx.Err())
+			}
+			if len(group) > 0 {
+				group[0].sendGroup(s, group)
+			}
 			for _, w := range group {
-				close(w.sent)
+				if w.onSent != nil {
+					w.onSent(w.result(s))
+				} else {
+					close(w.sent)
+				}
 			}
 		}
 	}

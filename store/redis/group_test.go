@@ -199,3 +199,74 @@ func TestGroupsBoundedByBytes(t *testing.T) {
 		t.Fatalf("the queued saves went in groups of %v, want [3 17]", got)
 	}
 }
+
+// TestAsyncSavesQueue: an asynchronous save takes a free lane through a
+// sender goroutine (its caller never sends), queues behind busy lanes like
+// any batch and shares their round trips, and one whose context ended
+// while it was queued is not sent: its done gets the context's error.
+func TestAsyncSavesQueue(t *testing.T) {
+	ctx := context.Background()
+	s, cl := openOwn(t)
+	lease := func(thread string) store.Lease {
+		st, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: thread}, RunID: "r-" + thread, Owner: "o", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Lease
+	}
+	first, live, dead := lease("first"), lease("live"), lease("dead")
+	g := &gate{on: make(chan struct{}), arrived: make(chan int, 64)}
+	cl.AddHook(g)
+	msgs, hashes := [][]byte{[]byte(`{"role":"user","content":"hi"}`)}, []store.Hash{{1}}
+	tr := store.Diff(nil, msgs, hashes)
+	done := make(chan error, 3)
+	s.SaveTranscriptAsync(ctx, first, tr, func(err error) { done <- err })
+	// Its script and three index commands, sent by a sender goroutine
+	// while this goroutine goes on.
+	if n := <-g.arrived; n != 4 {
+		t.Fatalf("the lone async save went as %d commands, want 4", n)
+	}
+	errs := make(chan error, sendLanes)
+	for i := 1; i < sendLanes; i++ { // every other lane held at the gate
+		go func() {
+			_, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: fmt.Sprintf("lane%d", i)}, RunID: fmt.Sprintf("l%d", i), Owner: "o", TTL: time.Minute})
+			errs <- err
+		}()
+		<-g.arrived
+	}
+	deadCtx, cancel := context.WithCancel(ctx)
+	s.SaveTranscriptAsync(deadCtx, dead, tr, func(err error) { done <- err })
+	s.SaveTranscriptAsync(ctx, live, tr, func(err error) { done <- err })
+	waitQueued(s, 2)
+	cancel()
+	close(g.on)
+	got := map[bool]int{}
+	for range 3 {
+		err := <-done
+		switch {
+		case err == nil:
+			got[true]++
+		case errors.Is(err, context.Canceled):
+			got[false]++
+		default:
+			t.Fatalf("async save: %v", err)
+		}
+	}
+	if got[true] != 2 || got[false] != 1 {
+		t.Fatalf("async saves: %d applied, %d cancelled; want 2, 1", got[true], got[false])
+	}
+	for i := 1; i < sendLanes; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := <-g.arrived; n != 4 {
+		t.Fatalf("the queued async saves went as %d commands, want 4 (the live one alone)", n)
+	}
+	if _, err := s.LoadThread(ctx, dead.Key); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the cancelled async save was applied: LoadThread = %v", err)
+	}
+	if _, err := s.LoadThread(ctx, live.Key); err != nil {
+		t.Fatalf("the queued async save: %v", err)
+	}
+}

@@ -85,7 +85,10 @@ type Store struct {
 	send      sender
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.AsyncSaver = (*Store)(nil)
+)
 
 // ParseURL turns a URL (forms in Options) into UniversalOptions.
 func ParseURL(raw string) (*redis.UniversalOptions, error) {

@@ -287,14 +287,49 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 	return err
 }
 
+// SaveTranscriptAsync is SaveTranscript queued on the sender
+// (store.AsyncSaver): no goroutine waits for it.
+func (s *Store) SaveTranscriptAsync(ctx context.Context, l store.Lease, t store.Transcript, done func(error)) {
+	if err := l.Key.Validate(); err != nil {
+		done(err)
+		return
+	}
+	if err := t.Check(); err != nil {
+		done(err)
+		return
+	}
+	sys := sendSystem(&t)
+	b, cmd := s.saveBatch(ctx, l, &t, sys)
+	b.execAsync(s, func(err error) {
+		if err = saveResult(l, cmd, err); errors.Is(err, errNeedSystem) {
+			sys.blob = true
+			b, cmd := s.saveBatch(ctx, l, &t, sys)
+			b.execAsync(s, func(err error) { done(saveResult(l, cmd, err)) })
+			return
+		}
+		done(err)
+	})
+}
+
 func (s *Store) saveTranscript(ctx context.Context, l store.Lease, t *store.Transcript, sys systemSend) error {
+	b, cmd := s.saveBatch(ctx, l, t, sys)
+	return saveResult(l, cmd, b.exec(s))
+}
+
+// saveBatch queues a transcript write in a batch of its own.
+func (s *Store) saveBatch(ctx context.Context, l store.Lease, t *store.Transcript, sys systemSend) (*batch, *redis.Cmd) {
 	now := s.now()
 	b := s.batch(ctx)
 	args := append([]any{l.RunID, l.Token, now}, s.transcriptArgs(b, l.Key, l.RunID, t, sys)...)
 	args = s.stage(b, l.Key, l.RunID, t.Messages, args)
 	cmd := b.script(saveScript, []string{s.meta(l.Key)}, args...)
 	s.queueIndex(ctx, b.pipe, l.Key, now, true)
-	if err := b.exec(s); err != nil {
+	return b, cmd
+}
+
+// saveResult reads a transcript write's outcome from its script's reply.
+func saveResult(l store.Lease, cmd *redis.Cmd, err error) error {
+	if err != nil {
 		return mapErr(err)
 	}
 	r := result(cmd.Val())

@@ -85,6 +85,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"Audit", testAudit},
 		{"Sessions", testSessions},
 		{"Invalid", testInvalid},
+		{"SaveTranscriptAsync", testSaveAsync},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1493,4 +1494,68 @@ func testSystemBlob(t *testing.T, h *harness) {
 	}
 	_, err = h.s.LoadThread(h.ctx, k)
 	wantErr(t, "load deleted", err, store.ErrNotFound)
+}
+
+// testSaveAsync: a store.AsyncSaver's queued write lands as
+// SaveTranscript's would, and each done gets SaveTranscript's outcome,
+// once: applied, fenced, conflicting, invalid, a large message, and a
+// large system blob that changes (on Redis a second send).
+func testSaveAsync(t *testing.T, h *harness) {
+	as, ok := h.s.(store.AsyncSaver)
+	if !ok {
+		t.Skip("the store saves transcripts synchronously only")
+	}
+	save := func(l store.Lease, tr store.Transcript) error {
+		t.Helper()
+		done := make(chan error, 2)
+		as.SaveTranscriptAsync(h.ctx, l, tr, func(err error) { done <- err })
+		err := <-done
+		select {
+		case again := <-done:
+			t.Fatalf("done called twice: %v, then %v", err, again)
+		default:
+		}
+		return err
+	}
+	k := store.Key{Tenant: "t", Thread: "async"}
+	l := h.start(k, "r1")
+	msgs, hashes := Msgs(0, 3)
+	big := []byte(`{"role":"user","content":"` + strings.Repeat("b", 200<<10) + `"}`)
+	msgs, hashes = append(msgs, big), append(hashes, HashOf(big))
+	sys := []byte(`{"parts":[{"text":"` + strings.Repeat("s", 200<<10) + `"}]}`)
+	tr := store.Diff(nil, msgs, hashes)
+	tr.System = sys
+	if err := save(l, tr); err != nil {
+		t.Fatalf("async save: %v", err)
+	}
+	th := h.load(k)
+	if diff := cmp.Diff(msgs, th.Messages); diff != "" {
+		t.Fatalf("messages after the async save (-want +got):\n%s", diff)
+	}
+	if !bytes.Equal(th.System, sys) {
+		t.Fatalf("system after the async save: %d bytes, want %d", len(th.System), len(sys))
+	}
+	// The same write again changes nothing; a new system blob of the same
+	// size replaces the stored one.
+	if err := save(l, tr); err != nil {
+		t.Fatalf("repeated async save: %v", err)
+	}
+	sys2 := bytes.ReplaceAll(slices.Clone(sys), []byte("s"), []byte("z"))
+	tr2 := store.Diff(hashes, msgs, hashes)
+	tr2.System = sys2
+	if err := save(l, tr2); err != nil {
+		t.Fatalf("async save with a new system: %v", err)
+	}
+	if th := h.load(k); !bytes.Equal(th.System, sys2) {
+		t.Fatalf("system after the change: %.20q", th.System)
+	}
+	stale := l
+	stale.Token++
+	wantErr(t, "async save under a stale lease", save(stale, tr2), store.ErrFenced)
+	wrong := store.Transcript{Keep: 2, KeepHash: store.Hash{9}, Messages: [][]byte{[]byte(`{}`)}, Hashes: []store.Hash{{7}}}
+	wantErr(t, "async save on another prefix", save(l, wrong), store.ErrConflict)
+	wantErr(t, "async save of an invalid transcript", save(l, store.Transcript{Messages: [][]byte{[]byte(`{}`)}}), store.ErrInvalid)
+	if th := h.load(k); len(th.Messages) != len(msgs) {
+		t.Fatalf("refused async saves changed the thread: %d messages", len(th.Messages))
+	}
 }
