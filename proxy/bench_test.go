@@ -215,10 +215,11 @@ connections:
 // BenchmarkOpenStreamMemory reports the heap and stack one open stream
 // costs the proxy: streams held open by the upstream after their first
 // event, measured after a collection, minus the same streams sent straight
-// to the upstream (the client's and the upstream's share). It is a
-// measurement, not a loop: run it with -benchtime 1x. chronicle-bench's
-// streams check measures the process's RSS, which also holds the garbage
-// the GC lets grow between collections.
+// to the upstream (the client's and the upstream's share); and the stack
+// before that collection (grown-stack), which is what a burst of streams
+// holds. It is a measurement, not a loop: run it with -benchtime 1x.
+// chronicle-bench's streams check measures the process's RSS, which also
+// holds the garbage the GC lets grow between collections.
 func BenchmarkOpenStreamMemory(b *testing.B) {
 	const n = 400
 	redisStore := sharedRedis(b)
@@ -233,14 +234,15 @@ func BenchmarkOpenStreamMemory(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			for range b.N {
 				up, release := heldStreamUpstream(b)
-				dh, ds := openStreamsBytes(b, up+"/v1/chat/completions", n, "")
+				dh, ds, dp := openStreamsBytes(b, up+"/v1/chat/completions", n, "")
 				release()
 				up, release = heldStreamUpstream(b)
 				p := startProxyWith(b, nil, "connections:\n  - "+fmt.Sprintf(tc.conn, up)+"\n", tc.open(b))
-				ph, ps := openStreamsBytes(b, p.URL+"/up/v1/chat/completions", n, tc.name)
+				ph, ps, pp := openStreamsBytes(b, p.URL+"/up/v1/chat/completions", n, tc.name)
 				release()
 				b.ReportMetric(float64(ph-dh)/n, "heap-B/stream")
 				b.ReportMetric(float64(ps-ds)/n, "stack-B/stream")
+				b.ReportMetric(float64(pp-dp)/n, "grown-stack-B/stream")
 			}
 		})
 	}
@@ -274,8 +276,10 @@ func heldStreamUpstream(b *testing.B) (string, func()) {
 // openStreamsBytes opens n streams to url, each on its own connection,
 // waits for every first event, and returns how much more live heap and
 // goroutine stack the process holds than before (after a collection each
-// time). The streams are closed before it returns.
-func openStreamsBytes(b *testing.B, url string, n int, thread string) (heap, stack int64) {
+// time), and how much more stack before that collection: the stacks as the
+// streams grew them, before the collection shrinks those mostly unused. The
+// streams are closed before it returns.
+func openStreamsBytes(b *testing.B, url string, n int, thread string) (heap, stack, grown int64) {
 	b.Helper()
 	used := func() (int64, int64) {
 		runtime.GC()
@@ -311,6 +315,9 @@ func openStreamsBytes(b *testing.B, url string, n int, thread string) (heap, sta
 			b.Fatalf("stream %d: %d %v", i, resp.StatusCode, err)
 		}
 	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms) // no collection: stacks as grown
+	grown = int64(ms.StackInuse) - stack0
 	heap, stack = used()
-	return heap - heap0, stack - stack0
+	return heap - heap0, stack - stack0, grown
 }
