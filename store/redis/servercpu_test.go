@@ -43,39 +43,71 @@ func serverStats(b *testing.B, cl *redis.Client) (cpu float64, calls int64) {
 	return cpu, calls
 }
 
-// BenchmarkServerCPU measures what a persisted non-stream turn costs the
-// Redis server, the store shared by every replica: 32 callers each run
-// turns on a 21-message thread of their own as the proxy does in replace
-// mode (start with the thread, known digest; finish with the same
-// transcript, usage and the response), and the server's CPU and the
-// commands its scripts ran are reported per turn.
+// BenchmarkServerCPU measures what a persisted turn costs the Redis
+// server, the store shared by every replica: 32 callers each run turns on
+// a 21-message thread of their own as the proxy does in replace mode, and
+// the server's CPU and the commands its scripts ran are reported per turn.
+// Chat: start with the thread (known digest), finish with the same
+// transcript, usage and the response. Stream: start, the pending turn's
+// save, 20 event batches of one event each (a stream whose events come a
+// batch window apart), finish.
 func BenchmarkServerCPU(b *testing.B) {
-	srv := redistest.Start(b)
-	cl := srv.Client(b)
-	ctx := context.Background()
-	s, err := redisstore.Open(ctx, redisstore.Options{URL: srv.URL()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	const callers = 32
 	msgs, hashes := storetest.Msgs(0, 21)
 	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("x", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
+	event := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
 	digest := store.Digest(hashes)
 	sess := "sess"
-	turn := func(k store.Key, run string) error {
-		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: 30 * time.Second, Fingerprint: "fp", Model: "m",
-			LoadThread: true, KnownDigest: digest, NoSystem: true})
-		if err != nil {
-			return err
+	for _, stream := range []bool{false, true} {
+		name := "Chat"
+		if stream {
+			name = "Stream"
 		}
-		tr := store.Diff(st.Thread.Hashes, msgs, hashes)
-		if st.Unchanged {
-			tr = store.Diff(hashes, msgs, hashes)
-		}
-		return s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Model: "m", Response: resp,
-			SessionID: &sess, Usage: &store.Usage{InputTokens: 10, OutputTokens: 20}})
+		b.Run(name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			cl := srv.Client(b)
+			ctx := context.Background()
+			s, err := redisstore.Open(ctx, redisstore.Options{URL: srv.URL()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			turn := func(k store.Key, run string) error {
+				st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: 30 * time.Second, Fingerprint: "fp", Model: "m",
+					LoadThread: true, KnownDigest: digest, NoSystem: true})
+				if err != nil {
+					return err
+				}
+				stored := st.Thread.Hashes
+				if st.Unchanged {
+					stored = hashes
+				}
+				f := store.Finish{Status: store.Completed, Model: "m", SessionID: &sess, Usage: &store.Usage{InputTokens: 10, OutputTokens: 20}}
+				if stream {
+					if err := s.SaveTranscript(ctx, st.Lease, store.Diff(stored, msgs[:20], hashes[:20])); err != nil {
+						return err
+					}
+					for i := range 20 {
+						if err := s.AppendEvents(ctx, st.Lease, int64(i+1), [][]byte{event}); err != nil {
+							return err
+						}
+					}
+					stored = hashes[:20]
+				} else {
+					f.Response = resp
+				}
+				tr := store.Diff(stored, msgs, hashes)
+				f.Transcript = &tr
+				return s.Finish(ctx, st.Lease, f)
+			}
+			runTurns(b, cl, turn)
+		})
 	}
+}
+
+// runTurns runs b.N turns from 32 callers, each on a thread of its own,
+// and reports the server's CPU and its scripts' commands per turn.
+func runTurns(b *testing.B, cl *redis.Client, turn func(k store.Key, run string) error) {
+	const callers = 32
 	for c := range callers {
 		if err := turn(store.Key{Tenant: "t", Thread: fmt.Sprintf("th%d", c)}, fmt.Sprintf("seed%d", c)); err != nil {
 			b.Fatal(err)
@@ -102,8 +134,4 @@ func BenchmarkServerCPU(b *testing.B) {
 	turns := float64(per * callers)
 	b.ReportMetric((cpu1-cpu0)/turns*1e6, "server-µs/turn")
 	b.ReportMetric(float64(calls1-calls0)/turns, "calls/turn")
-	if testing.Verbose() {
-		info, _ := cl.Info(ctx, "commandstats").Result()
-		b.Log(info)
-	}
 }
