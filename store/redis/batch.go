@@ -204,7 +204,11 @@ func (s *Store) sendQueued() {
 		select {
 		case <-q.lanes:
 		case <-q.closed:
-			return
+			select {
+			case <-q.lanes: // a lane handed over before Close: serve it
+			default:
+				return
+			}
 		}
 		for {
 			q.mu.Lock()
