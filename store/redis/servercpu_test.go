@@ -45,24 +45,25 @@ func serverStats(b *testing.B, cl *redis.Client) (cpu float64, calls int64) {
 
 // BenchmarkServerCPU measures what a persisted turn costs the Redis
 // server, the store shared by every replica: 32 callers each run turns on
-// a 21-message thread of their own as the proxy does in replace mode, and
-// the server's CPU and the commands its scripts ran are reported per turn.
-// Chat: start with the thread (known digest), finish with the same
-// transcript, usage and the response. Stream: start, the pending turn's
+// a 21-message thread of their own (Chat201: 201) as the proxy does in
+// replace mode, and the server's CPU and the commands its scripts ran are
+// reported per turn. Chat: start with the thread (known digest), finish
+// with the same transcript, usage and the response. Stream: start, the pending turn's
 // save, 20 event batches of one event each (a stream whose events come a
 // batch window apart), finish.
 func BenchmarkServerCPU(b *testing.B) {
-	msgs, hashes := storetest.Msgs(0, 21)
 	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("x", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
 	event := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
-	digest := store.Digest(hashes)
 	sess := "sess"
-	for _, stream := range []bool{false, true} {
-		name := "Chat"
-		if stream {
-			name = "Stream"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		length int
+		stream bool
+	}{{"Chat", 21, false}, {"Chat201", 201, false}, {"Stream", 21, true}} {
+		msgs, hashes := storetest.Msgs(0, tc.length)
+		digest := store.Digest(hashes)
+		stream, n := tc.stream, tc.length
+		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			cl := srv.Client(b)
 			ctx := context.Background()
@@ -83,7 +84,7 @@ func BenchmarkServerCPU(b *testing.B) {
 				}
 				f := store.Finish{Status: store.Completed, Model: "m", SessionID: &sess, Usage: &store.Usage{InputTokens: 10, OutputTokens: 20}}
 				if stream {
-					if err := s.SaveTranscript(ctx, st.Lease, store.Diff(stored, msgs[:20], hashes[:20])); err != nil {
+					if err := s.SaveTranscript(ctx, st.Lease, store.Diff(stored, msgs[:n-1], hashes[:n-1])); err != nil {
 						return err
 					}
 					for i := range 20 {
@@ -91,7 +92,7 @@ func BenchmarkServerCPU(b *testing.B) {
 							return err
 						}
 					}
-					stored = hashes[:20]
+					stored = hashes[:n-1]
 				} else {
 					f.Response = resp
 				}
