@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -85,14 +84,7 @@ func TestLargeMessagesStayOutOfScripts(t *testing.T) {
 		return []byte(`{"role":"user","content":"` + strings.Repeat(string(c), n) + `"}`)
 	}
 	small, big, big2 := msg('s', 10), msg('b', blobMin), msg('c', 3*blobMin)
-	start := func(run string) store.Lease {
-		t.Helper()
-		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Lease
-	}
+	start := func(run string) store.Lease { t.Helper(); return startRun(t, s, k, run) }
 
 	l := start("r1")
 	tr := store.Transcript{Messages: [][]byte{small, big}, Hashes: []store.Hash{{1}, {2}}}
@@ -179,15 +171,12 @@ func TestLargeSystemStaysOutOfScripts(t *testing.T) {
 	// sys, and returns how many system blobs it staged.
 	turn := func(run string, sys []byte) int {
 		t.Helper()
-		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := startRun(t, s, k, run)
 		before := args.systemStages
 		for _, write := range []func(tr store.Transcript) error{
-			func(tr store.Transcript) error { return s.SaveTranscript(ctx, st.Lease, tr) },
+			func(tr store.Transcript) error { return s.SaveTranscript(ctx, l, tr) },
 			func(tr store.Transcript) error {
-				return s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr})
+				return s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr})
 			},
 		} {
 			h := store.Hash{byte(len(hashes) + 1)}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -48,14 +47,7 @@ func TestRunWithoutEventsHasNoLog(t *testing.T) {
 		}
 		return n
 	}
-	start := func(run string) store.Lease {
-		t.Helper()
-		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Lease
-	}
+	start := func(run string) store.Lease { t.Helper(); return startRun(t, s, k, run) }
 	finish := func(l store.Lease) {
 		t.Helper()
 		if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &store.Transcript{}}); err != nil {

@@ -28,6 +28,17 @@ func openOwn(t *testing.T) (*Store, *redis.Client) {
 	return s, cl
 }
 
+// startRun starts run on k with a one-minute lease, failing the test if
+// it cannot.
+func startRun(t *testing.T, s *Store, k store.Key, run string) store.Lease {
+	t.Helper()
+	st, err := s.StartRun(context.Background(), store.StartRun{Key: k, RunID: run, Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Lease
+}
+
 // gate holds the store's pipelines at the client until opened, and reports
 // each one's command count as it arrives. Pipelines that go-redis itself
 // sends to set up a new connection (HELLO, CLIENT SETINFO) pass.
@@ -208,11 +219,7 @@ func TestAsyncSavesQueue(t *testing.T) {
 	ctx := context.Background()
 	s, cl := openOwn(t)
 	lease := func(thread string) store.Lease {
-		st, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: thread}, RunID: "r-" + thread, Owner: "o", TTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Lease
+		return startRun(t, s, store.Key{Tenant: "t", Thread: thread}, "r-"+thread)
 	}
 	first, live, dead := lease("first"), lease("live"), lease("dead")
 	g := &gate{on: make(chan struct{}), arrived: make(chan int, 64)}
