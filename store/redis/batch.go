@@ -87,12 +87,13 @@ func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd 
 // its batch is still queued leaves the queue and gets the context's error:
 // its commands are then never sent.
 type sender struct {
-	mu     sync.Mutex
-	busy   int // lanes in use: round trips in flight, or a sender goroutine's turn
-	queue  []*batch
-	lanes  chan struct{} // a lane handed to the sender goroutines
-	closed chan struct{} // Close: the sender goroutines end
-	once   sync.Once
+	mu      sync.Mutex
+	busy    int // lanes in use: round trips in flight, or a sender goroutine's turn
+	queue   []*batch
+	stopped bool          // Close: nothing more is queued
+	lanes   chan struct{} // a lane handed to the sender goroutines
+	closed  chan struct{} // Close: the sender goroutines end
+	once    sync.Once
 }
 
 const (
@@ -116,11 +117,26 @@ func (s *Store) startSenders() {
 	}
 }
 
-// stopSenders ends the sender goroutines once they are idle.
+// stopSenders ends the sender goroutines once they are idle. What is
+// still queued is not sent: its callers get redis.ErrClosed (the store's
+// ErrUnavailable), as does a batch queued after.
 func (s *Store) stopSenders() {
 	q := &s.send
-	if q.closed != nil {
-		q.once.Do(func() { close(q.closed) })
+	q.mu.Lock()
+	q.stopped = true
+	left := q.queue
+	q.queue = nil
+	q.mu.Unlock()
+	q.once.Do(func() { close(q.closed) })
+	for _, w := range left {
+		for _, c := range w.cmds {
+			c.SetErr(redis.ErrClosed)
+		}
+		if w.onSent != nil {
+			w.onSent(redis.ErrClosed)
+		} else {
+			close(w.sent)
+		}
 	}
 }
 
@@ -141,6 +157,10 @@ func (b *batch) exec(s *Store) error {
 		b.sendGroup(s, nil)
 		s.passLane()
 		return b.result(s)
+	}
+	if q.stopped {
+		q.mu.Unlock()
+		return redis.ErrClosed
 	}
 	b.sent = make(chan struct{})
 	q.queue = append(q.queue, b)
@@ -164,8 +184,9 @@ func (b *batch) exec(s *Store) error {
 
 // execAsync queues the batch and returns; a sender goroutine sends it and
 // calls done with what exec would have returned. A batch whose context
-// ended while it was queued is not sent. A batch larger than bigBatch
-// goes alone, from a goroutine of its own.
+// ended while it was queued is not sent; after Close, done gets
+// redis.ErrClosed at once. A batch larger than bigBatch goes alone, from
+// a goroutine of its own.
 func (b *batch) execAsync(s *Store, done func(error)) {
 	b.cmds = b.pipe.Cmds()
 	if b.size > bigBatch {
@@ -175,12 +196,17 @@ func (b *batch) execAsync(s *Store, done func(error)) {
 	b.onSent = done
 	q := &s.send
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	if q.stopped {
+		q.mu.Unlock()
+		done(redis.ErrClosed)
+		return
+	}
 	q.queue = append(q.queue, b)
 	if q.busy < sendLanes {
 		q.busy++
 		q.lanes <- struct{}{}
 	}
+	q.mu.Unlock()
 }
 
 // passLane hands the lane of a round trip that just ended to the sender
@@ -204,11 +230,7 @@ func (s *Store) sendQueued() {
 		select {
 		case <-q.lanes:
 		case <-q.closed:
-			select {
-			case <-q.lanes: // a lane handed over before Close: serve it
-			default:
-				return
-			}
+			return // Close emptied the queue
 		}
 		for {
 			q.mu.Lock()

@@ -277,3 +277,51 @@ func TestAsyncSavesQueue(t *testing.T) {
 		t.Fatalf("the queued async save: %v", err)
 	}
 }
+
+// TestCloseAnswersQueued: batches still queued when the store closes are
+// not sent, and their callers, waiting or not, get ErrUnavailable; so
+// does an asynchronous save queued after.
+func TestCloseAnswersQueued(t *testing.T) {
+	ctx := context.Background()
+	s, cl := openOwn(t)
+	queued := startRun(t, s, store.Key{Tenant: "t", Thread: "queued"}, "q")
+	g := &gate{on: make(chan struct{}), arrived: make(chan int, 64)}
+	cl.AddHook(g)
+	errs := make(chan error, sendLanes+2)
+	for i := 0; i < sendLanes; i++ { // every lane held at the gate
+		go func() {
+			_, err := s.StartRun(ctx, store.StartRun{Key: store.Key{Tenant: "t", Thread: fmt.Sprintf("lane%d", i)}, RunID: fmt.Sprintf("l%d", i), Owner: "o", TTL: time.Minute})
+			errs <- err
+		}()
+		<-g.arrived
+	}
+	msgs, hashes := [][]byte{[]byte(`{"role":"user","content":"hi"}`)}, []store.Hash{{1}}
+	waiting := make(chan error, 1)
+	go func() { waiting <- s.SaveTranscript(ctx, queued, store.Diff(nil, msgs, hashes)) }()
+	waitQueued(s, 1)
+	async := make(chan error, 2)
+	s.SaveTranscriptAsync(ctx, queued, store.Diff(nil, msgs, hashes), func(err error) { async <- err })
+	waitQueued(s, 2)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waiting; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("queued save at close: %v, want ErrUnavailable", err)
+	}
+	if err := <-async; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("queued async save at close: %v, want ErrUnavailable", err)
+	}
+	s.SaveTranscriptAsync(ctx, queued, store.Diff(nil, msgs, hashes), func(err error) { async <- err })
+	if err := <-async; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("async save after close: %v, want ErrUnavailable", err)
+	}
+	close(g.on) // the lanes' round trips, sent before the close, complete
+	for i := 0; i < sendLanes; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("a start sent before the close: %v", err)
+		}
+	}
+	if _, err := s.LoadThread(ctx, queued.Key); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a save queued at close was applied: LoadThread = %v", err)
+	}
+}
