@@ -10,6 +10,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -268,9 +269,14 @@ func newHostClient(u *url.URL, cfg *config.Config, maxConns int) *fasthttp.HostC
 			host += ":80"
 		}
 	}
+	var dialer upstreamDialer
+	if isTLS {
+		dialer.tls = &tls.Config{ServerName: u.Hostname()}
+	}
 	return &fasthttp.HostClient{
 		Addr:                     host,
 		IsTLS:                    isTLS,
+		DialTimeout:              dialer.dial,
 		StreamResponseBody:       true,
 		NoDefaultUserAgentHeader: true,
 		MaxIdleConnDuration:      60 * time.Second,
