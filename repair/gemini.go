@@ -104,8 +104,9 @@ func (c *gmContent) empty() bool {
 // form one turn (@google/genai's Chat keeps one model content per streamed
 // chunk), answered by the content after the last of them.
 func gmValid(arr gjson.Result) bool {
-	var set idSet
-	var p pending
+	c := getCheck()
+	defer putCheck(c)
+	set, p := &c.set, &c.p
 	ok := true
 	eachElement(arr, func(v gjson.Result) bool {
 		c := parseGM(v)

@@ -75,7 +75,8 @@ func (m *oaMsg) empty() bool {
 // without allocating for histories with at most 256 calls in total and 16
 // in one turn.
 func oaValid(arr gjson.Result) bool {
-	var c oaCheck
+	c := getCheck()
+	defer putCheck(c)
 	ok := true
 	eachElement(arr, func(v gjson.Result) bool {
 		m := parseOA(v)

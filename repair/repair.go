@@ -147,13 +147,20 @@ func appendString(dst []byte, s string) []byte {
 
 // idSet is an allocation-free duplicate detector for the fast scan: a
 // Bloom filter in front of a list of the ids seen so far. The first 256 ids
-// live in the struct itself, so a local idSet stays on the stack; later ones
-// go to a map.
+// live in the struct itself (pooled with the check, see oaCheck); later
+// ones go to a map.
 type idSet struct {
 	bits [64]uint64
 	buf  [256]string
 	n    int
 	more map[string]struct{}
+}
+
+// clear empties the set.
+func (s *idSet) clear() {
+	clear(s.buf[:s.n])
+	s.bits = [64]uint64{}
+	s.n, s.more = 0, nil
 }
 
 // add records id and reports whether it was already present.
@@ -209,6 +216,13 @@ func (p *pending) at(i int) *pcall {
 
 func (p *pending) reset() {
 	p.n, p.open, p.more = 0, 0, p.more[:0]
+}
+
+// clear is reset that also drops the ids it held.
+func (p *pending) clear() {
+	clear(p.buf[:min(p.n, len(p.buf))])
+	clear(p.more)
+	p.reset()
 }
 
 func (p *pending) add(id, name string, hasID bool) {

@@ -63,8 +63,9 @@ func (it *rsItem) inRun() bool { return it.kind == riCall || it.kind == riReason
 
 // rsValid is the fast scan for Responses input items.
 func rsValid(arr gjson.Result) bool {
-	var set idSet
-	var p pending
+	c := getCheck()
+	defer putCheck(c)
+	set, p := &c.set, &c.p
 	ok, inBlock := true, false
 	eachElement(arr, func(v gjson.Result) bool {
 		it := parseRS(v)

@@ -2,6 +2,7 @@ package repair
 
 import (
 	"strings"
+	"sync"
 
 	"github.com/tidwall/gjson"
 )
@@ -121,7 +122,8 @@ func ValidOpenAIChatSkims(skims []Skim) bool {
 // ValidOpenAIChatSkimsAt is ValidOpenAIChatSkims over n skims that at
 // returns in order, for a caller whose skims are not in one slice.
 func ValidOpenAIChatSkimsAt(n int, at func(int) *Skim) bool {
-	var c oaCheck
+	c := getCheck()
+	defer putCheck(c)
 	for i := 0; i < n; i++ {
 		s := at(i)
 		if s.kind == skimTool {
@@ -155,8 +157,9 @@ func ValidGeminiSkims(skims []Skim) bool {
 
 // ValidGeminiSkimsAt is ValidGeminiSkims over n skims that at returns.
 func ValidGeminiSkimsAt(n int, at func(int) *Skim) bool {
-	var set idSet
-	var p pending
+	c := getCheck()
+	defer putCheck(c)
+	set, p := &c.set, &c.p
 	for i := 0; i < n; i++ {
 		s := at(i)
 		if !s.model && p.n > 0 {
@@ -196,8 +199,9 @@ func ValidResponsesSkims(skims []Skim) bool {
 
 // ValidResponsesSkimsAt is ValidResponsesSkims over n skims that at returns.
 func ValidResponsesSkimsAt(n int, at func(int) *Skim) bool {
-	var set idSet
-	var p pending
+	c := getCheck()
+	defer putCheck(c)
+	set, p := &c.set, &c.p
 	inBlock := false
 	for i := 0; i < n; i++ {
 		s := at(i)
@@ -232,12 +236,30 @@ func ValidResponsesSkimsAt(n int, at func(int) *Skim) bool {
 	return p.open == 0
 }
 
-// oaCheck is the state of the OpenAI validity check: the call ids seen so
-// far and the block of calls whose results are being read.
+// oaCheck is the state of a validity check: the call ids seen so far and
+// the block of calls whose results are being read. Its methods are the
+// OpenAI check's; the Gemini and Responses checks use its set and p.
+//
+// It is 5 KB, and it is pooled rather than a local: a check runs deep in a
+// request's stack, and a local that size grew the goroutine's stack to
+// 16 KiB, which an open stream then kept for its whole life.
 type oaCheck struct {
 	set     idSet
 	p       pending
 	inBlock bool
+}
+
+var checks = sync.Pool{New: func() any { return new(oaCheck) }}
+
+func getCheck() *oaCheck { return checks.Get().(*oaCheck) }
+
+// putCheck clears c, so that the pool holds no reference into a request,
+// and gives it back.
+func putCheck(c *oaCheck) {
+	c.set.clear()
+	c.p.clear()
+	c.inBlock = false
+	checks.Put(c)
 }
 
 // result reads a tool message answering id.
