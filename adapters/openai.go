@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -170,30 +171,17 @@ func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error 
 	// The fast path: find the elements with a vectorised walk, then read
 	// each message's few fields in one walk over its members, where gjson
 	// would step through a long content string once per field.
-	var spans [64][2]int
-	elems, ok := arrayElements(messages, spans[:0])
+	spans := elementSpans.Get().(*[][2]int)
+	defer elementSpans.Put(spans)
+	elems, ok := arrayElements(messages, (*spans)[:0])
+	*spans = elems[:0]
 	if !ok {
 		return walkOpenAIMessages(messages, fn)
 	}
 	var calls []ToolCall
 	var results []ToolResult
 	for i, e := range elems {
-		raw := messages[e[0]:e[1]]
-		var fields openAIFields
-		if f, ok := memberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name"); ok {
-			fields = openAIFields{role: gjson.Parse(str(f[0])), toolCalls: gjson.Parse(str(f[1])),
-				functionCall: gjson.Parse(str(f[2])), toolCallID: gjson.Parse(str(f[4])), name: gjson.Parse(str(f[5]))}
-			if len(f[3]) > 0 && f[3][0] == '"' {
-				// Only whether it is "" matters: not parsed (it may be long).
-				fields.content = gjson.Result{Type: gjson.String, Raw: str(f[3])}
-			} else {
-				fields.content = gjson.Parse(str(f[3]))
-			}
-		} else {
-			// Not a plain object: read this one through gjson.
-			fields = openAIFieldsOf(gjson.Parse(str(raw)))
-		}
-		msg := openAIMessage(fields, raw, i, calls[:0], results[:0])
+		msg := openAIElement(messages[e[0]:e[1]], i, calls[:0], results[:0])
 		calls, results = msg.Calls, msg.Results
 		if !fn(msg) {
 			return nil
@@ -201,6 +189,33 @@ func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error 
 	}
 	return nil
 }
+
+// openAIElement reads one message for WalkMessages. Its frame, which holds
+// the fields as gjson results (1.8 KB), is gone before fn runs.
+//
+//go:noinline
+func openAIElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+	var fields openAIFields
+	if f, ok := memberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name"); ok {
+		fields = openAIFields{role: gjson.Parse(str(f[0])), toolCalls: gjson.Parse(str(f[1])),
+			functionCall: gjson.Parse(str(f[2])), toolCallID: gjson.Parse(str(f[4])), name: gjson.Parse(str(f[5]))}
+		if len(f[3]) > 0 && f[3][0] == '"' {
+			// Only whether it is "" matters: not parsed (it may be long).
+			fields.content = gjson.Result{Type: gjson.String, Raw: str(f[3])}
+		} else {
+			fields.content = gjson.Parse(str(f[3]))
+		}
+	} else {
+		// Not a plain object: read this one through gjson.
+		fields = openAIFieldsOf(gjson.Parse(str(raw)))
+	}
+	return openAIMessage(&fields, raw, i, calls, results)
+}
+
+// elementSpans holds WalkMessages' element offsets between calls: a
+// 64-element array of them on the stack was 1 KiB of the deepest frames of
+// a request, which set the stack size its connection's goroutine kept.
+var elementSpans = sync.Pool{New: func() any { s := make([][2]int, 0, 64); return &s }}
 
 // walkOpenAIMessages is WalkMessages through gjson, for any input.
 func walkOpenAIMessages(messages []byte, fn func(Message) bool) error {
@@ -212,7 +227,8 @@ func walkOpenAIMessages(messages []byte, fn func(Message) bool) error {
 	var results []ToolResult
 	i := 0
 	arr.ForEach(func(_, m gjson.Result) bool {
-		msg := openAIMessage(openAIFieldsOf(m), rawSlice(messages, m), i, calls[:0], results[:0])
+		f := openAIFieldsOf(m)
+		msg := openAIMessage(&f, rawSlice(messages, m), i, calls[:0], results[:0])
 		calls, results = msg.Calls, msg.Results
 		i++
 		return fn(msg)
@@ -233,7 +249,7 @@ func openAIFieldsOf(m gjson.Result) openAIFields {
 
 // openAIMessage is one message read from its fields; calls and results
 // are reused for its lists.
-func openAIMessage(f openAIFields, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+func openAIMessage(f *openAIFields, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
 	role := knownRole(f.role)
 	f.toolCalls.ForEach(func(_, c gjson.Result) bool {
 		calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
