@@ -92,7 +92,7 @@ func seed(t testing.TB, st store.Store, s seedThread) {
 		if r.status == store.Interrupted {
 			f.Interrupts = []store.Interrupt{{CallID: fmt.Sprintf("call_%d", i), Name: "get_weather", Status: store.Pending}}
 		}
-		if err := st.Finish(ctx, started.Lease, f); err != nil {
+		if err := st.Finish(ctx, started.Lease, &f); err != nil {
 			t.Fatalf("seed %s: finish: %v", s.key, err)
 		}
 	}
@@ -585,7 +585,7 @@ func TestAdminDelete(t *testing.T) {
 			if resp.StatusCode != 409 {
 				t.Fatalf("delete while running: %d %s", resp.StatusCode, body)
 			}
-			if err := st.Finish(ctx, started.Lease, store.Finish{Status: store.Completed}); err != nil {
+			if err := st.Finish(ctx, started.Lease, &store.Finish{Status: store.Completed}); err != nil {
 				t.Fatal(err)
 			}
 			resp, body = do(t, "DELETE", p.URL+"/admin/threads/gone-tenant/gone-1", "", adminAuth...)

@@ -44,7 +44,7 @@ func (s *meteredStore) SaveTranscriptAsync(ctx context.Context, l store.Lease, t
 	})
 }
 
-func (s *meteredStore) StartRun(ctx context.Context, r store.StartRun) (store.Started, error) {
+func (s *meteredStore) StartRun(ctx context.Context, r store.StartRun) (*store.Started, error) {
 	start := time.Now()
 	st, err := s.Store.StartRun(ctx, r)
 	s.m.observeStore("start_run", start, errIgnoring(err, store.ErrLeaseHeld, store.ErrConflict))
@@ -58,7 +58,7 @@ func (s *meteredStore) Renew(ctx context.Context, l store.Lease, p store.RunPatc
 	return r, err
 }
 
-func (s *meteredStore) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
+func (s *meteredStore) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
 	start := time.Now()
 	err := s.Store.Finish(ctx, l, f)
 	s.m.observeStore("finish", start, err)

@@ -231,7 +231,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	ctx.Response.Header.Set("X-Thread-Id", t.key.Thread)
 	ctx.Response.Header.Set("X-Run-Id", t.runID)
 	if !started.Created {
-		s.answerFromStore(ctx, ex, t.key, started.Run)
+		s.answerFromStore(ctx, ex, t.key, started.Run.ID)
 		return nil, nil, false
 	}
 	t.lease = started.Lease
@@ -250,7 +250,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		matched = adapters.Prefix{} // MessagesKnown matched another transcript
 	}
 
-	out, err = t.compose(rctx, ctx, ex, started.Thread, kept, body, messages, matched, empty)
+	out, err = t.compose(rctx, ctx, ex, &started.Thread, kept, body, messages, matched, empty)
 	if err == nil && ex.up.cfg.Audit.UpstreamBody {
 		// A copy: out may alias the request buffer. Credentials travel in
 		// headers, never in this body.
@@ -333,7 +333,7 @@ func isEmptyArray(raw []byte) bool {
 // byte for byte are not parsed again: compose reads their hashes, tool
 // calls and results off the cache and parses only the rest.
 // matched is what MessagesKnown found of kept in messages (zero: unknown).
-func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread store.Thread, kept *cachedThread, body, messages []byte, matched adapters.Prefix, empty bool) ([]byte, error) {
+func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *exchange, thread *store.Thread, kept *cachedThread, body, messages []byte, matched adapters.Prefix, empty bool) ([]byte, error) {
 	ad := t.ad
 	var err error
 	// The stored messages as one array, made on first use (append,
@@ -706,7 +706,7 @@ func (t *turn) abandon(reason string) {
 	t.s.local.Delete(localKey(t.key, t.runID))
 	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
 	defer cancel()
-	if err := t.st.Finish(rctx, t.lease, store.Finish{Status: store.Failed, Reason: reason}); err != nil {
+	if err := t.st.Finish(rctx, t.lease, &store.Finish{Status: store.Failed, Reason: reason}); err != nil {
 		t.s.log.Warn("ending an abandoned run failed", "run", t.runID, "err", err)
 	}
 }
@@ -734,7 +734,7 @@ func (t *turn) finish(o outcome) error {
 	if t.events != nil {
 		tail = t.events.close()
 	}
-	f := store.Finish{
+	f := &store.Finish{
 		EventsFrom:       tail.first,
 		Events:           tail.events,
 		Response:         o.response,
@@ -955,18 +955,17 @@ func appendNullableString(dst []byte, s string) []byte {
 // answerFromStore answers a retry whose X-Run-Id names an existing run:
 // the stored non-stream body, or the stored stream replayed (and followed,
 // if the run is still going), with no upstream call.
-func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store.Key, run store.Run) {
+func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store.Key, runID string) {
 	s.metrics.countReplayed()
 	if !ex.op.Stream {
 		// StartRun reports the run without its stored body; fetch it.
 		rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
-		full, err := s.store.GetRun(rctx, k, run.ID)
+		run, err := s.store.GetRun(rctx, k, runID)
 		cancel()
 		if err != nil {
 			s.storeError(ctx, err, "run")
 			return
 		}
-		run = full
 		if run.Status.Ended() && run.Response != nil {
 			ctx.SetStatusCode(200)
 			ctx.SetContentType("application/json")
@@ -989,7 +988,7 @@ func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store
 	ctx.Response.ImmediateHeaderFlush = true
 	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		s.streamEvents(w, conn, k, run.ID, 0, false)
+		s.streamEvents(w, conn, k, runID, 0, false)
 	})
 }
 

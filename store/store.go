@@ -425,8 +425,11 @@ type Runs interface {
 	// another thread of the tenant, or with another fingerprint, is
 	// ErrConflict; a lease held by a live run is ErrLeaseHeld (Started.Lease
 	// then describes the holder). An expired holder is marked failed
-	// (proxy_lost) and its lease taken.
-	StartRun(ctx context.Context, s StartRun) (Started, error)
+	// (proxy_lost) and its lease taken. Started is nil with any other
+	// error. (A pointer: the value is 800 bytes, and each frame it passed
+	// through by value held a copy on the stack of the request that waits
+	// on the call.)
+	StartRun(ctx context.Context, s StartRun) (*Started, error)
 	// Renew extends the lease, applies the patch and reports whether a
 	// cancel was requested.
 	Renew(ctx context.Context, l Lease, p RunPatch) (Renewal, error)
@@ -434,7 +437,9 @@ type Runs interface {
 	Release(ctx context.Context, l Lease) error
 	// Finish ends the run (see Finish). Applying the same Finish again
 	// succeeds without changing anything.
-	Finish(ctx context.Context, l Lease, f Finish) error
+	// f is read, never kept or changed. (A pointer: the value is 360 bytes,
+	// copied on the stack of each frame it passed through.)
+	Finish(ctx context.Context, l Lease, f *Finish) error
 	// GetRun returns one run with its stored response and upstream bodies.
 	GetRun(ctx context.Context, k Key, runID string) (Run, error)
 	// ListRuns returns a thread's runs oldest first, without response or

@@ -38,7 +38,7 @@ func seedCLI(t *testing.T, st store.Store, n int) {
 			copy(h[:], s[:])
 			tr.Messages, tr.Hashes = append(tr.Messages, []byte(m)), append(tr.Hashes, h)
 		}
-		if err := st.Finish(ctx, started.Lease, store.Finish{Status: status, Transcript: tr, Model: model,
+		if err := st.Finish(ctx, started.Lease, &store.Finish{Status: status, Transcript: tr, Model: model,
 			Usage: &store.Usage{InputTokens: 100, OutputTokens: 7}}); err != nil {
 			t.Fatal(err)
 		}

@@ -111,7 +111,7 @@ func TestLargeValuesLiveInFiles(t *testing.T) {
 	big2, big2H := bigMessage('b', blobMin)
 	l := start("r1")
 	tr := store.Transcript{Messages: [][]byte{small[0], big1, big2}, Hashes: []store.Hash{smallH[0], big1H, big2H}}
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	want("first turn", 2)
@@ -121,7 +121,7 @@ func TestLargeValuesLiveInFiles(t *testing.T) {
 	}
 
 	// A retried finish stages its files again and keeps none of them.
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatalf("retried finish: %v", err)
 	}
 	want("retried finish", 2)
@@ -140,7 +140,7 @@ func TestLargeValuesLiveInFiles(t *testing.T) {
 	l = start("r2")
 	tr = store.Transcript{Keep: 1, KeepHash: smallH[0], Messages: [][]byte{big3, small[1]}, Hashes: []store.Hash{big3H, smallH[1]}}
 	resp, up := []byte("\x00not json"), bytes.Repeat([]byte("u"), blobMin+1)
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr, Response: resp, UpstreamBody: up}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr, Response: resp, UpstreamBody: up}); err != nil {
 		t.Fatal(err)
 	}
 	want("rewritten tail", 3)
@@ -194,7 +194,7 @@ func TestReadAfterFileRemoved(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr := store.Transcript{Messages: [][]byte{msg}, Hashes: []store.Hash{h}}
-		if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+		if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,7 +265,7 @@ func TestSystemKeptApart(t *testing.T) {
 		if keep > 0 {
 			tr.KeepHash = hashes[keep-1]
 		}
-		if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+		if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -333,7 +333,7 @@ func TestReadsDuringRewrites(t *testing.T) {
 			return
 		}
 		tr := store.Transcript{Messages: [][]byte{msg}, Hashes: []store.Hash{h}}
-		if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+		if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 			t.Error(err)
 		}
 	}
@@ -379,7 +379,7 @@ func TestStartReleasesWhenFileUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := store.Transcript{Messages: [][]byte{big}, Hashes: []store.Hash{bigH}}
-	if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	// The file becomes a directory: reading it fails with EISDIR, not as

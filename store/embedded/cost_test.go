@@ -31,7 +31,7 @@ func TestSaveCost(t *testing.T) {
 	next, nextH := append(msgs, reply), append(hashes, rh)
 	before := pages()
 	tr := store.Diff(hashes, next, nextH)
-	if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	appendPages := pages() - before
@@ -42,7 +42,7 @@ func TestSaveCost(t *testing.T) {
 	other, otherH := storetest.Msgs(5000, 1000)
 	before = pages()
 	tr = store.Diff(nextH, other, otherH)
-	if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	overwritePages := pages() - before

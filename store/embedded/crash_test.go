@@ -86,7 +86,7 @@ func crashChild(dir string) {
 					_, prev := turnMsgs(th, i-1)
 					tr.KeepHash = prev[1]
 				}
-				if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+				if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 					fmt.Println("finish:", err)
 					os.Exit(2)
 				}

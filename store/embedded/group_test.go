@@ -40,7 +40,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 						}
 						m, h := storetest.Msg(i, "user")
 						tr := store.Diff(stored, [][]byte{m}, []store.Hash{h})
-						if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+						if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 							b.Error(err)
 							return
 						}

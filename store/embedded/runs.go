@@ -90,22 +90,22 @@ func (s *Store) expireEvents(tx *bolt.Tx, k store.Key, id string, r *runRec, now
 }
 
 // StartRun takes the lease and creates the run, or returns the existing one.
-func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started, error) {
+func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started, error) {
 	k := sr.Key
 	if err := k.Validate(); err != nil {
-		return store.Started{}, err
+		return nil, err
 	}
 	if err := store.ValidID(sr.RunID); err != nil {
-		return store.Started{}, err
+		return nil, err
 	}
 	if sr.TTL <= 0 {
-		return store.Started{}, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
+		return nil, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
 	}
-	var res store.Started
+	res := new(store.Started)
 	var refused error
 	var lost string
 	err := s.update(func(tx *bolt.Tx) error {
-		res, refused, lost = store.Started{}, nil, ""
+		*res, refused, lost = store.Started{}, nil, ""
 		rid := []byte(k.Tenant + "\x00" + sr.RunID)
 		if th := tx.Bucket(bRunIDs).Get(rid); th != nil && string(th) != k.Thread {
 			refused = fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
@@ -124,7 +124,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 				if res.Run, err = s.runView(tb, k, sr.RunID, r); err != nil {
 					return err
 				}
-				return s.withThread(tx, sr, &res, nil)
+				return s.withThread(tx, sr, res, nil)
 			}
 		}
 		tb, err := createThreadBucket(tx, k)
@@ -170,15 +170,15 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		if err := tx.Bucket(bActive).Put([]byte(runKey(k, sr.RunID)), nil); err != nil {
 			return err
 		}
-		res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,
+		*res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,
 			Lease: store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: m.LeaseSeq, TTL: sr.TTL, Expires: fromMS(exp)}}
-		return s.withThread(tx, sr, &res, &m)
+		return s.withThread(tx, sr, res, &m)
 	})
 	if lost != "" {
 		s.notify(runKey(k, lost))
 	}
 	if err != nil {
-		return store.Started{}, err
+		return nil, err
 	}
 	if res.ThreadFound {
 		// Large messages are read once the writer is free. Only a delete
@@ -193,8 +193,11 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 			if res.Created {
 				_ = s.Release(ctx, res.Lease)
 			}
-			return store.Started{}, err
+			return nil, err
 		}
+	}
+	if refused != nil && !errors.Is(refused, store.ErrLeaseHeld) {
+		return nil, refused
 	}
 	return res, refused
 }
@@ -294,8 +297,8 @@ func (s *Store) Release(ctx context.Context, l store.Lease) error {
 }
 
 // Finish writes the transcript and ends the run in one transaction.
-func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
-	if err := store.CheckFinish(&f); err != nil {
+func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
+	if err := store.CheckFinish(f); err != nil {
 		return err
 	}
 	w := s.blobWrite()
@@ -375,7 +378,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error
 				return err
 			}
 		}
-		applyFinish(r, &f, now)
+		applyFinish(r, f, now)
 		if err := s.expireEvents(tx, l.Key, l.RunID, r, now); err != nil {
 			return err
 		}

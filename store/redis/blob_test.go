@@ -88,11 +88,11 @@ func TestLargeMessagesStayOutOfScripts(t *testing.T) {
 
 	l := start("r1")
 	tr := store.Transcript{Messages: [][]byte{small, big}, Hashes: []store.Hash{{1}, {2}}}
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	want("first turn", 1)
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatalf("retried finish: %v", err)
 	}
 	want("retried finish", 1)
@@ -111,7 +111,7 @@ func TestLargeMessagesStayOutOfScripts(t *testing.T) {
 	want("pending-turn save", 2)
 	// The turn ends replacing both large messages with small ones.
 	tr = store.Transcript{Keep: 1, KeepHash: store.Hash{1}, Messages: [][]byte{small}, Hashes: []store.Hash{{4}}}
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	want("rewritten", 0)
@@ -123,14 +123,14 @@ func TestLargeMessagesStayOutOfScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr = store.Transcript{Keep: 2, KeepHash: store.Hash{4}, Messages: [][]byte{big, big2}, Hashes: []store.Hash{{5}, {6}}}
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	want("two more, after SCRIPT FLUSH", 2)
 	// A run with a large answer and upstream body: both kept apart too.
 	l = start("r4")
 	resp, up := []byte(strings.Repeat("r", blobMin)), []byte(strings.Repeat("u", 2*blobMin))
-	if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Response: resp, UpstreamBody: up}); err != nil {
+	if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Response: resp, UpstreamBody: up}); err != nil {
 		t.Fatal(err)
 	}
 	want("large bodies", 2)
@@ -176,7 +176,7 @@ func TestLargeSystemStaysOutOfScripts(t *testing.T) {
 		for _, write := range []func(tr store.Transcript) error{
 			func(tr store.Transcript) error { return s.SaveTranscript(ctx, l, tr) },
 			func(tr store.Transcript) error {
-				return s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &tr})
+				return s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr})
 			},
 		} {
 			h := store.Hash{byte(len(hashes) + 1)}

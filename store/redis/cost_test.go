@@ -61,7 +61,7 @@ func TestSaveCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Finish(ctx, warm.Lease, store.Finish{Status: store.Completed, Transcript: &store.Transcript{}}); err != nil {
+	if err := s.Finish(ctx, warm.Lease, &store.Finish{Status: store.Completed, Transcript: &store.Transcript{}}); err != nil {
 		t.Fatal(err)
 	}
 	k := store.Key{Tenant: "t", Thread: "long"}
@@ -86,7 +86,7 @@ func TestSaveCost(t *testing.T) {
 
 	hook.n.Store(0)
 	tr := store.Diff(th.Hashes, next, nextH)
-	if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	appendCost := hook.n.Load()
@@ -102,7 +102,7 @@ func TestSaveCost(t *testing.T) {
 	hook.n.Store(0)
 	other, otherH := storetest.Msgs(5000, 1000)
 	tr = store.Diff(nextH, other, otherH)
-	if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatal(err)
 	}
 	if overwrite := hook.n.Load(); overwrite < int64(msgBytes) {
@@ -178,7 +178,7 @@ func TestRoundTrips(t *testing.T) {
 					}
 					got[name] = hook.n.Load()
 				}
-				var st store.Started
+				var st *store.Started
 				step("StartRun", func() (err error) {
 					st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: 30e9, LoadThread: true})
 					if err == nil && (!st.Created || len(st.Thread.Hashes) != len(stored)) {
@@ -193,7 +193,7 @@ func TestRoundTrips(t *testing.T) {
 				step("Finish", func() error {
 					tr := store.Diff(hashes[:n-1], msgs[:n], hashes[:n])
 					// The audited upstream body rides in the same script.
-					return s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1},
+					return s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1},
 						UpstreamBody: []byte(`{"messages":[]}`)})
 				})
 				stored = hashes[:n]

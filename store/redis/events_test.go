@@ -50,7 +50,7 @@ func TestRunWithoutEventsHasNoLog(t *testing.T) {
 	start := func(run string) store.Lease { t.Helper(); return startRun(t, s, k, run) }
 	finish := func(l store.Lease) {
 		t.Helper()
-		if err := s.Finish(ctx, l, store.Finish{Status: store.Completed, Transcript: &store.Transcript{}}); err != nil {
+		if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &store.Transcript{}}); err != nil {
 			t.Fatal(err)
 		}
 	}

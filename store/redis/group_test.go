@@ -92,7 +92,7 @@ func TestConcurrentBatchesShareRoundTrips(t *testing.T) {
 
 	type started struct {
 		i   int
-		res store.Started
+		res *store.Started
 		err error
 	}
 	done := make(chan started, 16)

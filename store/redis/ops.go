@@ -353,41 +353,59 @@ func saveResult(l store.Lease, cmd *redis.Cmd, err error) error {
 // script: a refused start undoes them afterwards (one more round trip, on
 // the refusal only), and a run id that turns out to belong to another
 // thread undoes the run the script created.
-func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started, error) {
+func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started, error) {
 	k := sr.Key
 	if err := k.Validate(); err != nil {
-		return store.Started{}, err
+		return nil, err
 	}
 	if err := store.ValidID(sr.RunID); err != nil {
-		return store.Started{}, err
+		return nil, err
 	}
 	if sr.TTL <= 0 {
-		return store.Started{}, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
+		return nil, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
 	}
 	now := s.now()
 	exp := now + sr.TTL.Milliseconds()
-	member := activeMember(k, sr.RunID)
+	claimCmd, startCmd, err := s.sendStart(ctx, &sr, now, exp)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return s.started(ctx, &sr, claimCmd, startCmd, now, exp)
+}
+
+// sendStart sends StartRun's commands and waits for their replies. It is a
+// function of its own, and reading the replies (started) another, so that
+// the frames below the round trip stay small: the caller's goroutine waits
+// here with its stack at its deepest, and a stack that once grew past 8 KiB
+// stays at 16 for as long as the stream it serves.
+func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int64) (claimCmd, startCmd *redis.Cmd, err error) {
+	k := sr.Key
 	b := s.batch(ctx)
-	var claimCmd, startCmd *redis.Cmd
 	if s.cluster {
 		claimCmd = b.script(runIDScript, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
 		// NX: a retried start leaves the score of a run that exists alone.
-		b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: member})
+		b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: activeMember(k, sr.RunID)})
 		startCmd = b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
-			s.opts.EventRetention.Milliseconds(), loadFlag(sr), sr.KnownDigest)
+			s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest)
 	} else {
 		// One node: the script claims the run id and registers the run for
 		// the sweeper itself, and undoes both when it refuses.
 		startCmd = b.script(startScript, []string{s.meta(k), s.tenantRuns(k.Tenant), s.active()}, sr.RunID, sr.Owner, exp, now,
-			sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds(), loadFlag(sr), sr.KnownDigest,
+			sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest,
 			k.Thread, k.Tenant+"/"+k.Thread)
 	}
-	if err := b.exec(s); err != nil {
-		return store.Started{}, mapErr(err)
-	}
+	return claimCmd, startCmd, b.exec(s)
+}
+
+// started reads StartRun's replies into its result.
+//
+//go:noinline
+func (s *Store) started(ctx context.Context, sr *store.StartRun, claimCmd, startCmd *redis.Cmd, now, exp int64) (*store.Started, error) {
+	k := sr.Key
+	member := activeMember(k, sr.RunID)
 	r := result(startCmd.Val())
 	if str(r[0]) == "taken" {
-		return store.Started{}, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
+		return nil, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
 	}
 	claim := 1 // on one node the script has undone what it had to
 	if claimCmd != nil {
@@ -412,17 +430,17 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 		} else if str(r[0]) == "held" {
 			undo()
 		}
-		return store.Started{}, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
+		return nil, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
 	}
-	var res store.Started
+	res := new(store.Started)
 	var at int
 	switch str(r[0]) {
 	case "conflict":
-		return store.Started{}, fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
+		return nil, fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
 	case "held":
 		undo()
 		tok, _ := strconv.ParseInt(str(r[2]), 10, 64)
-		return store.Started{Lease: store.Lease{Key: k, RunID: str(r[1]), Token: tok, Expires: fromMS(str(r[3])), Owner: str(r[4])}},
+		return &store.Started{Lease: store.Lease{Key: k, RunID: str(r[1]), Token: tok, Expires: fromMS(str(r[3])), Owner: str(r[4])}},
 			fmt.Errorf("thread %s busy with run %s: %w", k, str(r[1]), store.ErrLeaseHeld)
 	case "exists":
 		res.Run = parseRun(k, sr.RunID, pairs(result(r[1])))
@@ -444,10 +462,10 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (store.Started,
 	if sr.LoadThread {
 		var err error
 		if res.Thread, res.ThreadFound, res.Unchanged, err = scriptThread(k, r, at); err != nil {
-			return store.Started{}, err
+			return nil, err
 		}
 		if err := s.fetchBlobs(ctx, k, &res.Thread); err != nil {
-			return store.Started{}, err
+			return nil, err
 		}
 	}
 	return res, nil
@@ -495,23 +513,40 @@ func blob(b []byte) (string, any) {
 // removal (on a cluster they go as commands of their own in the same round
 // trip), then waits for the AOF fsync where supported (WAITAOF, one more
 // round trip; none on servers without it after the first).
-func (s *Store) Finish(ctx context.Context, l store.Lease, f store.Finish) error {
-	if err := store.CheckFinish(&f); err != nil {
+func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
+	if err := store.CheckFinish(f); err != nil {
 		return err
 	}
 	if err := l.Key.Validate(); err != nil {
 		return err
 	}
 	sys := sendSystem(f.Transcript)
-	err := s.finish(ctx, l, &f, sys)
+	err := s.finish(ctx, l, f, sys)
 	if errors.Is(err, errNeedSystem) {
 		sys.blob = true
-		err = s.finish(ctx, l, &f, sys)
+		err = s.finish(ctx, l, f, sys)
 	}
 	return err
 }
 
 func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sys systemSend) error {
+	b := s.batch(ctx)
+	cmd, meta := s.queueFinish(ctx, b, l, f, sys)
+	if err := b.exec(s); err != nil {
+		return mapErr(err)
+	}
+	if err := s.finishReply(ctx, l, f, cmd); err != nil {
+		return err
+	}
+	return s.waitFsync(ctx, meta)
+}
+
+// queueFinish queues the finish's commands on b and returns the script's
+// command and the thread's meta key. Building the arguments takes a large
+// frame, gone before the round trip: see sendStart.
+//
+//go:noinline
+func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *store.Finish, sys systemSend) (*redis.Cmd, string) {
 	args := make([]any, 0, 51+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
 	now := s.now()
 	keys := []string{s.meta(l.Key)}
@@ -528,7 +563,6 @@ func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sys 
 		args = append(args, "0", 0, 0, 0, 0)
 	}
 	args = append(args, f.Model)
-	b := s.batch(ctx)
 	if len(f.Events) > 0 {
 		// Ahead of the finish script, in the same round trip. Its answer
 		// is not read: a gap drops the events (store.Finish), and a fenced
@@ -587,9 +621,11 @@ func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sys 
 		s.queueIndex(ctx, b.pipe, l.Key, now, f.Transcript != nil)
 		b.pipe.ZRem(ctx, s.active(), member)
 	}
-	if err := b.exec(s); err != nil {
-		return mapErr(err)
-	}
+	return cmd, keys[0]
+}
+
+// finishReply reads the finish script's answer.
+func (s *Store) finishReply(ctx context.Context, l store.Lease, f *store.Finish, cmd *redis.Cmd) error {
 	r := result(cmd.Val())
 	if res := str(r[0]); res != "ok" {
 		if res != "notfound" && s.cluster {
@@ -597,7 +633,7 @@ func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sys 
 			// resume, a released lease, a needsys about to be sent
 			// again): give it back to the sweeper, due now; the sweeper
 			// checks the thread's lease itself.
-			s.c.ZAddNX(ctx, s.active(), redis.Z{Score: 0, Member: member})
+			s.c.ZAddNX(ctx, s.active(), redis.Z{Score: 0, Member: activeMember(l.Key, l.RunID)})
 		}
 		switch res {
 		case "needsys":
@@ -615,7 +651,7 @@ func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sys 
 		}
 		return fmt.Errorf("finish returned %q: %w", res, store.ErrConflict)
 	}
-	return s.waitFsync(ctx, keys[0])
+	return nil
 }
 
 // waitFsync waits for the finished run to reach the AOF on disk (WAITAOF,

@@ -98,7 +98,7 @@ func BenchmarkServerCPU(b *testing.B) {
 				}
 				tr := store.Diff(stored, msgs, hashes)
 				f.Transcript = &tr
-				return s.Finish(ctx, st.Lease, f)
+				return s.Finish(ctx, st.Lease, &f)
 			}
 			runTurns(b, cl, turn)
 		})

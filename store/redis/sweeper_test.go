@@ -70,7 +70,7 @@ func TestSweeperEntries(t *testing.T) {
 				}
 				return v
 			}
-			start := func(run string, ttl time.Duration) (store.Started, error) {
+			start := func(run string, ttl time.Duration) (*store.Started, error) {
 				return s.StartRun(ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: ttl, Fingerprint: "fp"})
 			}
 
@@ -112,7 +112,7 @@ func TestSweeperEntries(t *testing.T) {
 			// Finished: the entry goes and the thread is listed.
 			msgs, hashes := [][]byte{[]byte(`{"role":"user","content":"hi"}`)}, []store.Hash{{1}}
 			tr := store.Diff(nil, msgs, hashes)
-			if err := s.Finish(ctx, first.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+			if err := s.Finish(ctx, first.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := score("r1"); ok {
@@ -143,7 +143,7 @@ func TestSweeperEntries(t *testing.T) {
 			// sweeper, due now.
 			stale := next.Lease
 			stale.Token++
-			if err := s.Finish(ctx, stale, store.Finish{Status: store.Completed}); !errors.Is(err, store.ErrFenced) {
+			if err := s.Finish(ctx, stale, &store.Finish{Status: store.Completed}); !errors.Is(err, store.ErrFenced) {
 				t.Fatalf("finish with a stale token: %v", err)
 			}
 			if sc, ok := score("r4"); !ok || sc != 0 {

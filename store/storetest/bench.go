@@ -67,7 +67,7 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 		defer s.Close()
 		k := store.Key{Tenant: "bench", Thread: "finish"}
 		l := seed(s, k, 10)
-		if err := s.Finish(ctx, l, store.Finish{Status: store.Completed}); err != nil {
+		if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed}); err != nil {
 			b.Fatal(err)
 		}
 		th, _ := s.LoadThread(ctx, k)
@@ -80,7 +80,7 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 			}
 			m, h := Msg(n, "assistant")
 			tr := store.Transcript{Keep: n, KeepHash: last, Messages: [][]byte{m}, Hashes: []store.Hash{h}}
-			if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1}}); err != nil {
+			if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1}}); err != nil {
 				b.Fatal(err)
 			}
 			last, n = h, n+1
@@ -95,7 +95,7 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 			defer s.Close()
 			k := store.Key{Tenant: "bench", Thread: "turn"}
 			l := seed(s, k, 100)
-			if err := s.Finish(ctx, l, store.Finish{Status: store.Completed}); err != nil {
+			if err := s.Finish(ctx, l, &store.Finish{Status: store.Completed}); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
@@ -115,7 +115,7 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 				}
 				m, h := Msg(1000+i, "assistant")
 				tr := store.Transcript{Keep: 99, KeepHash: th.Hashes[98], Messages: [][]byte{m}, Hashes: []store.Hash{h}}
-				if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1}}); err != nil {
+				if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 1}}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -143,7 +143,7 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 			}
 			tr := store.Diff(hashes[:19], msgs, hashes)
 			tr.System = sys
-			if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+			if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -170,7 +170,7 @@ func RunBenchmarks(b *testing.B, newBackend Factory) {
 				}
 				m, h := Msg(i, "user")
 				tr := store.Diff(stored, [][]byte{m}, []store.Hash{h})
-				if err := s.Finish(ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+				if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 					b.Error(err)
 					return
 				}

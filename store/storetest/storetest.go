@@ -151,7 +151,7 @@ func (h *harness) start(k store.Key, run string) store.Lease {
 
 func (h *harness) finish(l store.Lease, f store.Finish) {
 	h.t.Helper()
-	if err := h.s.Finish(h.ctx, l, f); err != nil {
+	if err := h.s.Finish(h.ctx, l, &f); err != nil {
 		h.t.Fatalf("Finish %s: %v", l.RunID, err)
 	}
 }
@@ -281,7 +281,7 @@ func testSuffixOverwrite(t *testing.T, h *harness) {
 	wantErr(t, "stale keep hash", h.s.SaveTranscript(h.ctx, l, bad), store.ErrConflict)
 	bad = store.Transcript{Keep: 5, KeepHash: otherH[0], Messages: alt, Hashes: altH}
 	wantErr(t, "keep past end", h.s.SaveTranscript(h.ctx, l, bad), store.ErrConflict)
-	wantErr(t, "finish with stale prefix", h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed, Transcript: &bad}), store.ErrConflict)
+	wantErr(t, "finish with stale prefix", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Completed, Transcript: &bad}), store.ErrConflict)
 	if r := h.run(k, "r4"); r.Status != store.Running {
 		t.Fatalf("refused finish changed status to %s", r.Status)
 	}
@@ -307,7 +307,7 @@ func testTransitions(t *testing.T, h *harness) {
 				k := store.Key{Tenant: fmt.Sprintf("tr-%d", n), Thread: "th"}
 				l := h.start(k, "r")
 				h.finish(l, store.Finish{Status: from, Reason: "first"})
-				err := h.s.Finish(h.ctx, l, store.Finish{Status: to, Reason: "second"})
+				err := h.s.Finish(h.ctx, l, &store.Finish{Status: to, Reason: "second"})
 				switch {
 				case to == store.Running:
 					wantErr(t, "finish as running", err, store.ErrIllegalTransition)
@@ -328,8 +328,8 @@ func testTransitions(t *testing.T, h *harness) {
 		h := h.sub(t)
 		k := store.Key{Tenant: "rr", Thread: "rr"}
 		l := h.start(k, "r")
-		wantErr(t, "finish running", h.s.Finish(h.ctx, l, store.Finish{Status: store.Running}), store.ErrIllegalTransition)
-		wantErr(t, "finish bogus", h.s.Finish(h.ctx, l, store.Finish{Status: "bogus"}), store.ErrIllegalTransition)
+		wantErr(t, "finish running", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Running}), store.ErrIllegalTransition)
+		wantErr(t, "finish bogus", h.s.Finish(h.ctx, l, &store.Finish{Status: "bogus"}), store.ErrIllegalTransition)
 		if r := h.run(k, "r"); r.Status != store.Running {
 			t.Fatalf("status %s", r.Status)
 		}
@@ -360,8 +360,8 @@ func testTransitions(t *testing.T, h *harness) {
 		if r := h.run(store.Key{Tenant: "sw2", Thread: "sw2"}, "r"); r.Status != store.Completed {
 			t.Fatalf("sweep touched a completed run: %s", r.Status)
 		}
-		wantErr(t, "finish after sweep", h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed}), store.ErrFenced)
-		wantErr(t, "finish failed after sweep", h.s.Finish(h.ctx, l, store.Finish{Status: store.Failed}), store.ErrFenced)
+		wantErr(t, "finish after sweep", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Completed}), store.ErrFenced)
+		wantErr(t, "finish failed after sweep", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Failed}), store.ErrFenced)
 		if lost, _ := h.s.Sweep(h.ctx); len(lost) != 0 {
 			t.Fatalf("second sweep: %v", lost)
 		}
@@ -376,17 +376,17 @@ func testTransitions(t *testing.T, h *harness) {
 		done := h.start(k, "c")
 		h.finish(done, store.Finish{Status: store.Completed})
 		l2 := h.start(k, "n")
-		wantErr(t, "resume a completed run", h.s.Finish(h.ctx, l2, store.Finish{Status: store.Completed, Resumes: "c"}), store.ErrIllegalTransition)
-		wantErr(t, "resume an unknown run", h.s.Finish(h.ctx, l2, store.Finish{Status: store.Completed, Resumes: "nope"}), store.ErrNotFound)
+		wantErr(t, "resume a completed run", h.s.Finish(h.ctx, l2, &store.Finish{Status: store.Completed, Resumes: "c"}), store.ErrIllegalTransition)
+		wantErr(t, "resume an unknown run", h.s.Finish(h.ctx, l2, &store.Finish{Status: store.Completed, Resumes: "nope"}), store.ErrNotFound)
 		h.finish(l2, store.Finish{Status: store.Completed, Resumes: "p"})
 		if r := h.run(k, "p"); r.Status != store.Interrupted || r.ResumedBy != "n" {
 			t.Fatalf("parked run = %s resumed_by %q", r.Status, r.ResumedBy)
 		}
 		l3 := h.start(k, "m")
-		wantErr(t, "resume twice", h.s.Finish(h.ctx, l3, store.Finish{Status: store.Completed, Resumes: "p"}), store.ErrIllegalTransition)
+		wantErr(t, "resume twice", h.s.Finish(h.ctx, l3, &store.Finish{Status: store.Completed, Resumes: "p"}), store.ErrIllegalTransition)
 		l4 := h.start(store.Key{Tenant: "t", Thread: "res-running"}, "x")
 		_ = l4
-		wantErr(t, "resume a running run", h.s.Finish(h.ctx, l3, store.Finish{Status: store.Completed, Resumes: "m"}), store.ErrIllegalTransition)
+		wantErr(t, "resume a running run", h.s.Finish(h.ctx, l3, &store.Finish{Status: store.Completed, Resumes: "m"}), store.ErrIllegalTransition)
 	})
 }
 
@@ -403,12 +403,18 @@ func testStartIdempotent(t *testing.T, h *harness) {
 	}
 	sr2 := sr
 	sr2.Fingerprint = "f2"
-	_, err = h.s.StartRun(h.ctx, sr2)
+	refused, err := h.s.StartRun(h.ctx, sr2)
 	wantErr(t, "other fingerprint", err, store.ErrConflict)
+	if refused != nil {
+		t.Fatalf("a refused start returned %+v, want nil", refused)
+	}
 	sr3 := sr
 	sr3.Key = store.Key{Tenant: "t", Thread: "b"}
-	_, err = h.s.StartRun(h.ctx, sr3)
+	refused, err = h.s.StartRun(h.ctx, sr3)
 	wantErr(t, "run id on another thread", err, store.ErrConflict)
+	if refused != nil {
+		t.Fatalf("a start refused for a run id of another thread returned %+v, want nil", refused)
+	}
 	// Another tenant may use the same run id.
 	sr4 := sr
 	sr4.Key = store.Key{Tenant: "u", Thread: "b"}
@@ -481,7 +487,7 @@ func testLeaseContention(t *testing.T, h *harness) {
 	k := store.Key{Tenant: "t", Thread: "busy"}
 	const contenders = 8
 	var wg sync.WaitGroup
-	results := make([]store.Started, contenders)
+	results := make([]*store.Started, contenders)
 	errs := make([]error, contenders)
 	for i := range contenders {
 		wg.Add(1)
@@ -522,7 +528,7 @@ func testLeaseContention(t *testing.T, h *harness) {
 	wantErr(t, "loser events", h.s.AppendEvents(h.ctx, loser, 1, msgs), store.ErrFenced)
 	_, err := h.s.Renew(h.ctx, loser, store.RunPatch{})
 	wantErr(t, "loser renew", err, store.ErrFenced)
-	wantErr(t, "loser finish", h.s.Finish(h.ctx, loser, store.Finish{Status: store.Completed}), store.ErrNotFound)
+	wantErr(t, "loser finish", h.s.Finish(h.ctx, loser, &store.Finish{Status: store.Completed}), store.ErrNotFound)
 	// Losers created no run.
 	runs, err := h.s.ListRuns(h.ctx, k)
 	if err != nil || len(runs) != 1 {
@@ -566,7 +572,7 @@ func testStaleLease(t *testing.T, h *harness) {
 	wantErr(t, "stale events", h.s.AppendEvents(h.ctx, old, 2, [][]byte{[]byte("e2")}), store.ErrFenced)
 	_, err = h.s.Renew(h.ctx, old, store.RunPatch{})
 	wantErr(t, "stale renew", err, store.ErrFenced)
-	wantErr(t, "stale finish", h.s.Finish(h.ctx, old, store.Finish{Status: store.Completed}), store.ErrFenced)
+	wantErr(t, "stale finish", h.s.Finish(h.ctx, old, &store.Finish{Status: store.Completed}), store.ErrFenced)
 	if err := h.s.Release(h.ctx, old); err != nil {
 		t.Fatalf("stale release: %v", err)
 	}
@@ -684,7 +690,7 @@ func testConcurrentFinish(t *testing.T, h *harness) {
 				errs <- err
 				return
 			}
-			if err := h.s.Finish(h.ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: int64(i)}}); err != nil {
+			if err := h.s.Finish(h.ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: int64(i)}}); err != nil {
 				errs <- err
 			}
 		}()
@@ -820,7 +826,7 @@ func testFinishEvents(t *testing.T, h *harness) {
 	}
 	check("r1", events(1, 6))
 	// A retried finish changes nothing.
-	if err := h.s.Finish(h.ctx, l, f); err != nil {
+	if err := h.s.Finish(h.ctx, l, &f); err != nil {
 		t.Fatalf("retried finish: %v", err)
 	}
 	check("r1", events(1, 6))
@@ -844,7 +850,7 @@ func testFinishEvents(t *testing.T, h *harness) {
 	check("r3", events(1, 2))
 
 	l = h.start(k, "r4")
-	err := h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed, Events: datas(events(1, 1))})
+	err := h.s.Finish(h.ctx, l, &store.Finish{Status: store.Completed, Events: datas(events(1, 1))})
 	wantErr(t, "finish events without a first number", err, store.ErrInvalid)
 }
 
@@ -944,7 +950,7 @@ func testRetryTwice(t *testing.T, h *harness) {
 	fin := store.Transcript{Keep: 4, KeepHash: hashes[3], Messages: [][]byte{reply}, Hashes: []store.Hash{rh}}
 	f := store.Finish{Status: store.Completed, Transcript: &fin, Usage: &store.Usage{InputTokens: 1}}
 	for range 2 {
-		if err := h.s.Finish(h.ctx, l, f); err != nil {
+		if err := h.s.Finish(h.ctx, l, &f); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1131,7 +1137,7 @@ func testInvalid(t *testing.T, h *harness) {
 }
 
 func testStartLoad(t *testing.T, h *harness) {
-	start := func(k store.Key, run, fp string) (store.Started, error) {
+	start := func(k store.Key, run, fp string) (*store.Started, error) {
 		return h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: ttl, Fingerprint: fp, Model: "m", LoadThread: true})
 	}
 	// A fresh thread: created, no thread.
@@ -1201,7 +1207,7 @@ func testStartLoad(t *testing.T, h *harness) {
 
 	// KnownDigest: a caller holding the stored transcript gets the meta
 	// without the messages; a stale digest gets the whole thread.
-	known := func(run, digest string) store.Started {
+	known := func(run, digest string) *store.Started {
 		t.Helper()
 		st, err := h.s.StartRun(h.ctx, store.StartRun{Key: k, RunID: run, Owner: "o", TTL: ttl, Fingerprint: "f" + run[1:], Model: "m",
 			LoadThread: true, KnownDigest: digest})
@@ -1310,13 +1316,13 @@ func testRefusedFinishStaysSweepable(t *testing.T, h *harness) {
 	k := store.Key{Tenant: "t", Thread: "refused"}
 	l := h.start(k, "r1")
 	bad := store.Transcript{Keep: 2, KeepHash: hashes[1], Messages: msgs, Hashes: hashes}
-	wantErr(t, "finish with a prefix past the end", h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed, Transcript: &bad}), store.ErrConflict)
+	wantErr(t, "finish with a prefix past the end", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Completed, Transcript: &bad}), store.ErrConflict)
 	k2 := store.Key{Tenant: "t", Thread: "released"}
 	l2 := h.start(k2, "r2")
 	if err := h.s.Release(h.ctx, l2); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "finish after release", h.s.Finish(h.ctx, l2, store.Finish{Status: store.Completed}), store.ErrFenced)
+	wantErr(t, "finish after release", h.s.Finish(h.ctx, l2, &store.Finish{Status: store.Completed}), store.ErrFenced)
 	if lost, err := h.s.Sweep(h.ctx); err != nil || len(lost) != 1 || lost[0].RunID != "r2" {
 		t.Fatalf("sweep of the released run: %v %v", lost, err)
 	}
@@ -1376,7 +1382,7 @@ func testLargeMessages(t *testing.T, h *harness) {
 	check("replaced tail", h.load(k), msgs, hashes)
 
 	// A retried finish changes nothing.
-	if err := h.s.Finish(h.ctx, l, store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
+	if err := h.s.Finish(h.ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr}); err != nil {
 		t.Fatalf("retried finish: %v", err)
 	}
 	check("retried", h.load(k), msgs, hashes)
@@ -1404,7 +1410,7 @@ func testLargeMessages(t *testing.T, h *harness) {
 	if r := h.run(k, "r3"); !bytes.Equal(r.Response, resp) || !bytes.Equal(r.UpstreamBody, up) {
 		t.Fatalf("large bodies: response %d bytes, upstream %d bytes", len(r.Response), len(r.UpstreamBody))
 	}
-	if err := h.s.Finish(h.ctx, st.Lease, store.Finish{Status: store.Completed, Transcript: &tr, Response: resp, UpstreamBody: up}); err != nil {
+	if err := h.s.Finish(h.ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr, Response: resp, UpstreamBody: up}); err != nil {
 		t.Fatalf("retried finish with large bodies: %v", err)
 	}
 	if r := h.run(k, "r3"); !bytes.Equal(r.Response, resp) || !bytes.Equal(r.UpstreamBody, up) {
