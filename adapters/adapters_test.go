@@ -3,6 +3,8 @@ package adapters
 import (
 	"bytes"
 	"errors"
+	"github.com/tidwall/gjson"
+	"slices"
 	"strings"
 	"testing"
 
@@ -406,5 +408,91 @@ func TestErrorBodies(t *testing.T) {
 	turn := feedAll(t, geminiAd, strings.TrimSuffix(strings.TrimPrefix(string(ev), "data: "), "\r\n\r\n"))
 	if turn.Finish != FinishError || turn.Error == nil {
 		t.Errorf("gemini error turn %+v", turn)
+	}
+}
+
+// TestOpenAIUsage reads usage objects with the raw member walker the way
+// gjson's ForEach and Get read them (the reference below, the earlier
+// implementation): plain counts, DeepSeek's and OpenAI's cached counts,
+// reasoning, escaped keys, numbers written as floats or strings, members
+// missing or of the wrong type.
+func TestOpenAIUsage(t *testing.T) {
+	reference := func(u gjson.Result) Usage {
+		if !u.IsObject() {
+			return Usage{}
+		}
+		us := Usage{Present: true}
+		u.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "prompt_tokens":
+				us.InputTokens = v.Int()
+			case "completion_tokens":
+				us.OutputTokens = v.Int()
+			case "prompt_tokens_details":
+				if c := v.Get("cached_tokens"); c.Exists() {
+					us.CachedTokens = c.Int()
+				}
+			case "prompt_cache_hit_tokens":
+				if us.CachedTokens == 0 {
+					us.CachedTokens = v.Int()
+				}
+			case "completion_tokens_details":
+				us.ReasoningTokens = v.Get("reasoning_tokens").Int()
+			}
+			return true
+		})
+		return us
+	}
+	for _, in := range []string{
+		`{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}`,
+		`{"prompt_tokens":1200,"completion_tokens":8,"prompt_tokens_details":{"cached_tokens":1024,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":64}}`,
+		`{"prompt_tokens":30,"completion_tokens":5,"prompt_cache_hit_tokens":24,"prompt_cache_miss_tokens":6}`,
+		`{"prompt_cache_hit_tokens":24,"prompt_tokens_details":{"cached_tokens":20}}`,
+		`{"prompt_tokens_details":{"cached_tokens":20},"prompt_cache_hit_tokens":24}`,
+		` { "prompt_tokens" : 7 , "completion_tokens" : 9 } `,
+		`{"prompt\u005ftokens":5,"completion_tokens":"6","prompt_tokens_details":{"cached\u005ftokens":2}}`,
+		`{"prompt_tokens":12.0,"completion_tokens":1e3,"completion_tokens_details":{"reasoning_tokens":-4}}`,
+		`{"prompt_tokens":123456789012345678901,"completion_tokens":null}`,
+		`{"prompt_tokens_details":null,"completion_tokens_details":[1,2]}`,
+		`{"prompt_tokens_details":{},"completion_tokens_details":{"accepted_prediction_tokens":3}}`,
+		`{}`, `[]`, `null`, `12`, ``,
+	} {
+		if got, want := openAIUsage(gjson.Parse(in)), reference(gjson.Parse(in)); got != want {
+			t.Errorf("openAIUsage(%s) = %+v, want %+v", in, got, want)
+		}
+	}
+}
+
+// TestAppendOpenAICalls reads tool_calls arrays with the raw walkers as
+// gjson's ForEach and Get read them (the reference, the earlier
+// implementation), for arrays. Other values hold no calls: gjson's
+// ForEach called its function once for "tool_calls": null, which made a
+// message that some clients send with a null member look like a call with
+// an empty id.
+func TestAppendOpenAICalls(t *testing.T) {
+	reference := func(toolCalls string) []ToolCall {
+		var calls []ToolCall
+		gjson.Parse(toolCalls).ForEach(func(_, c gjson.Result) bool {
+			calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
+			return true
+		})
+		return calls
+	}
+	for _, in := range []string{
+		`[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]`,
+		`[{"id":"call_1","function":{"name":"a"}},{"id":"call_2","function":{"name":"b","arguments":"{}"}}]`,
+		` [ { "id" : "call\u005f1" , "function" : { "name" : "we\"ird" } } ] `,
+		`[{"function":{"name":"no_id"}},{"id":"no_function"},{"id":7,"function":{"name":null}}]`,
+		`[{"id":"x","function":"not an object"},1,"str",null,[]]`,
+		`[]`, `null`, ``,
+	} {
+		got := appendOpenAICalls(nil, in)
+		want := reference(in)
+		if !gjson.Parse(in).IsArray() {
+			want = nil
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("appendOpenAICalls(%s) = %+v, want %+v", in, got, want)
+		}
 	}
 }

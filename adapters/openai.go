@@ -190,21 +190,17 @@ func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error 
 	return nil
 }
 
-// openAIElement reads one message for WalkMessages. Its frame, which holds
-// the fields as gjson results (1.8 KB), is gone before fn runs.
+// openAIElement reads one message for WalkMessages. Its frame is gone
+// before fn runs; the members stay raw JSON until openAIMessage reads the
+// few it needs (a message's six members as gjson results took 2.2 KB of
+// frame here, in the deepest path of a stream's finish).
 //
 //go:noinline
 func openAIElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
 	var fields openAIFields
 	if f, ok := memberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name"); ok {
-		fields = openAIFields{role: gjson.Parse(str(f[0])), toolCalls: gjson.Parse(str(f[1])),
-			functionCall: gjson.Parse(str(f[2])), toolCallID: gjson.Parse(str(f[4])), name: gjson.Parse(str(f[5]))}
-		if len(f[3]) > 0 && f[3][0] == '"' {
-			// Only whether it is "" matters: not parsed (it may be long).
-			fields.content = gjson.Result{Type: gjson.String, Raw: str(f[3])}
-		} else {
-			fields.content = gjson.Parse(str(f[3]))
-		}
+		fields = openAIFields{role: str(f[0]), toolCalls: str(f[1]), functionCall: str(f[2]),
+			content: str(f[3]), toolCallID: str(f[4]), name: str(f[5])}
 	} else {
 		// Not a plain object: read this one through gjson.
 		fields = openAIFieldsOf(gjson.Parse(str(raw)))
@@ -236,36 +232,64 @@ func walkOpenAIMessages(messages []byte, fn func(Message) bool) error {
 	return nil
 }
 
-// openAIFields are the members of a chat message WalkMessages reads.
+// openAIFields are the members of a chat message WalkMessages reads, as
+// raw JSON ("" when absent).
 type openAIFields struct {
-	role, toolCalls, functionCall, content, toolCallID, name gjson.Result
+	role, toolCalls, functionCall, content, toolCallID, name string
 }
 
 // openAIFieldsOf looks the fields up with gjson, one lookup each.
 func openAIFieldsOf(m gjson.Result) openAIFields {
-	return openAIFields{role: m.Get("role"), toolCalls: m.Get("tool_calls"), functionCall: m.Get("function_call"),
-		content: m.Get("content"), toolCallID: m.Get("tool_call_id"), name: m.Get("name")}
+	return openAIFields{role: m.Get("role").Raw, toolCalls: m.Get("tool_calls").Raw, functionCall: m.Get("function_call").Raw,
+		content: m.Get("content").Raw, toolCallID: m.Get("tool_call_id").Raw, name: m.Get("name").Raw}
 }
 
 // openAIMessage is one message read from its fields; calls and results
 // are reused for its lists.
 func openAIMessage(f *openAIFields, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
-	role := knownRole(f.role)
-	f.toolCalls.ForEach(func(_, c gjson.Result) bool {
-		calls = append(calls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
-		return true
-	})
-	if f.functionCall.IsObject() {
-		calls = append(calls, ToolCall{Name: f.functionCall.Get("name").String()})
+	role := knownRole(gjson.Parse(f.role))
+	if f.toolCalls != "" {
+		calls = appendOpenAICalls(calls, f.toolCalls)
+	}
+	if strings.HasPrefix(f.functionCall, "{") {
+		calls = append(calls, ToolCall{Name: gjson.Get(f.functionCall, "name").String()})
 	}
 	switch role {
 	case "tool":
-		results = append(results, ToolResult{CallID: f.toolCallID.String()})
+		results = append(results, ToolResult{CallID: gjson.Parse(f.toolCallID).String()})
 	case "function":
-		results = append(results, ToolResult{Name: f.name.String()})
+		results = append(results, ToolResult{Name: gjson.Parse(f.name).String()})
 	}
-	return Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results,
-		EmptyText: openAIEmptyText(f.content)}
+	var empty bool
+	if strings.HasPrefix(f.content, `"`) {
+		// Only whether it is "" matters: not parsed (it may be long).
+		empty = f.content == `""`
+	} else {
+		empty = openAIEmptyText(gjson.Parse(f.content))
+	}
+	return Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results, EmptyText: empty}
+}
+
+// appendOpenAICalls appends the calls of a tool_calls array. It walks the
+// raw JSON: gjson's ForEach and Get took 2 KiB of stack here, on the path
+// of a stream's finish (see openAIUsage).
+func appendOpenAICalls(calls []ToolCall, toolCalls string) []ToolCall {
+	eachElement(toolCalls, func(c string) bool {
+		id, _ := memberOf(c, "id")
+		fn, _ := memberOf(c, "function")
+		name, _ := memberOf(fn, "name")
+		calls = append(calls, ToolCall{ID: jsonString(id), Name: jsonString(name)})
+		return true
+	})
+	return calls
+}
+
+// jsonString is gjson's String of one raw JSON value ("" for none).
+func jsonString(v string) string {
+	if len(v) >= 2 && v[0] == '"' && strings.IndexByte(v, '\\') < 0 {
+		return v[1 : len(v)-1]
+	}
+	return gjson.Parse(v).String()
 }
 
 // arrayElements appends the [start, end) offsets of each element of the
@@ -673,27 +697,70 @@ func openAIUsage(u gjson.Result) Usage {
 	if !u.IsObject() {
 		return Usage{}
 	}
+	// Read with the raw member walker, not gjson's ForEach and Get: this
+	// runs in a stream's relay on the connection's goroutine, and gjson's
+	// path to a number (Get, parseObject, strconv.ParseFloat) took 2 KiB of
+	// stack there, enough to push the deepest path of a stream past the
+	// 8 KiB its goroutine keeps (docs/design.md).
 	us := Usage{Present: true}
-	u.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	eachMember(u.Raw, func(key, v string) bool {
+		switch memberName(key) {
 		case "prompt_tokens":
-			us.InputTokens = v.Int()
+			us.InputTokens = jsonInt(v)
 		case "completion_tokens":
-			us.OutputTokens = v.Int()
+			us.OutputTokens = jsonInt(v)
 		case "prompt_tokens_details":
-			if c := v.Get("cached_tokens"); c.Exists() {
-				us.CachedTokens = c.Int()
+			if c, ok := memberOf(v, "cached_tokens"); ok {
+				us.CachedTokens = jsonInt(c)
 			}
 		case "prompt_cache_hit_tokens":
 			if us.CachedTokens == 0 {
-				us.CachedTokens = v.Int()
+				us.CachedTokens = jsonInt(v)
 			}
 		case "completion_tokens_details":
-			us.ReasoningTokens = v.Get("reasoning_tokens").Int()
+			c, _ := memberOf(v, "reasoning_tokens")
+			us.ReasoningTokens = jsonInt(c)
 		}
 		return true
 	})
 	return us
+}
+
+// memberName is an object key as eachMember gives it (quoted), unquoted.
+func memberName(key string) string {
+	if len(key) >= 2 && strings.IndexByte(key, '\\') < 0 {
+		return key[1 : len(key)-1]
+	}
+	return gjson.Parse(key).Str
+}
+
+// memberOf is the value of the member name of the object obj, if any.
+func memberOf(obj, name string) (val string, ok bool) {
+	eachMember(obj, func(key, v string) bool {
+		if memberName(key) == name {
+			val, ok = v, true
+			return false
+		}
+		return true
+	})
+	return val, ok
+}
+
+// jsonInt is gjson's Int of a JSON value, without a float parse for the
+// plain integers token counts are.
+func jsonInt(v string) int64 {
+	if v == "" || len(v) > 18 {
+		return gjson.Parse(v).Int()
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return gjson.Parse(v).Int()
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
 }
 
 // openAIFinish maps a finish_reason.
