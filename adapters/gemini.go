@@ -102,6 +102,79 @@ func (g *Gemini) SetSystem(body, system []byte) ([]byte, error) {
 // functionResponse parts; IDs are functionCall.id / functionResponse.id
 // where the client sent them, else "".
 func (g *Gemini) WalkMessages(messages []byte, fn func(Message) bool) error {
+	// As OpenAIChat's: the elements with the vectorised walk, each content
+	// read with the raw walkers in a frame of its own, gone before fn runs
+	// (gjson's nested ForEach and Get went 2.5 KiB deep, on the path of a
+	// stream's finish: docs/design.md).
+	spans := elementSpans.Get().(*[][2]int)
+	defer elementSpans.Put(spans)
+	elems, ok := arrayElements(messages, (*spans)[:0])
+	*spans = elems[:0]
+	if !ok {
+		return walkGeminiContents(messages, fn)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	for i, e := range elems {
+		msg := geminiElement(messages[e[0]:e[1]], i, calls[:0], results[:0])
+		calls, results = msg.Calls, msg.Results
+		if !fn(msg) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// geminiElement reads one content for WalkMessages.
+//
+//go:noinline
+func geminiElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+	content := str(raw)
+	empty := true
+	parts, _ := memberOf(content, "parts")
+	each := eachElement
+	if isObject(parts) {
+		// gjson's ForEach, which the gjson path uses, reads an object's
+		// members as it reads an array's elements.
+		each = func(obj string, fn func(string) bool) {
+			eachMember(obj, func(_, v string) bool { return fn(v) })
+		}
+	}
+	each(parts, func(p string) bool {
+		if fc, _ := memberOf(p, "functionCall"); isObject(fc) {
+			id, _ := memberOf(fc, "id")
+			name, _ := memberOf(fc, "name")
+			calls = append(calls, ToolCall{ID: jsonString(id), Name: jsonString(name)})
+		}
+		if fr, _ := memberOf(p, "functionResponse"); isObject(fr) {
+			id, _ := memberOf(fr, "id")
+			name, _ := memberOf(fr, "name")
+			results = append(results, ToolResult{CallID: jsonString(id), Name: jsonString(name)})
+		}
+		if t, _ := memberOf(p, "text"); isString(t) && t != `""` {
+			if thought, _ := memberOf(p, "thought"); !jsonBool(thought) {
+				empty = false
+			}
+		}
+		return true
+	})
+	role, _ := memberOf(content, "role")
+	return Message{Index: i, Raw: raw, Role: knownRole(gjson.Parse(role)), Calls: calls, Results: results, EmptyText: empty}
+}
+
+// jsonBool is gjson's Bool of one raw JSON value.
+func jsonBool(v string) bool {
+	switch v {
+	case "", "false", "null":
+		return false
+	case "true":
+		return true
+	}
+	return gjson.Parse(v).Bool()
+}
+
+// walkGeminiContents is WalkMessages through gjson, for any input.
+func walkGeminiContents(messages []byte, fn func(Message) bool) error {
 	arr := gjson.Parse(str(messages))
 	if !arr.IsArray() {
 		return fmt.Errorf("walk contents: %w", ErrNoMessages)

@@ -250,6 +250,15 @@ func checkWalkMessages(t *testing.T, body []byte) {
 	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
 		t.Fatalf("WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
 	}
+	// Gemini's and Responses', on the same array.
+	fast, slow = collect(geminiAd.WalkMessages), collect(walkGeminiContents)
+	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
+		t.Fatalf("Gemini WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
+	}
+	fast, slow = collect(respAd.WalkMessages), collect(walkResponsesItems)
+	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
+		t.Fatalf("Responses WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
+	}
 }
 
 func TestKnownArrayAt(t *testing.T) {
@@ -261,6 +270,8 @@ func TestKnownArrayAt(t *testing.T) {
 		`{"m\u0065ssages":[1],"messages":[2]}`,
 		`{"messages":"text"}`,
 		`[1,2]`,
+		`{"messages":[{"type":"message","role":"user","content":"hi"},{"role":"assistant","content":[{"type":"output_text","text":""},{"type":"refusal","refusal":"no"}]},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"},{"type":"reasoning","summary":[]},{"type":"custom_tool_call","call_id":7},{"type":"x\u0079"},{"content":[{"type":"input_image"},"s",{"text":""}],"role":"user"},{"type":1}]}`,
+		`{"messages":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[{"text":"","thought":true},{"text":"t","thought":"true"},{"functionCall":{"id":"c1","name":"f","args":{}}},{"functionCall":{"name":"g"}}]},{"role":"user","parts":{"a":{"functionResponse":{"id":"c1","name":"f","response":{}}}}},{"r\u006fle":"model","parts":[{"text":"x","thought":0},{"text":"\"q\""},"s",null]},{"parts":null},{"parts":[{"functionCall":"no"},{"functionResponse":{"name":1}}]}]}`,
 	} {
 		checkKnownArrayAt(t, []byte(b))
 		checkInsertAbsentKeys(t, []byte(b))
@@ -275,6 +286,8 @@ func FuzzKnownArrayAt(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}`))
 	f.Add([]byte(`{"messages":[{"x":"\\\""},"s\\\\",[[]]],"z":{"messages":1}}`))
 	f.Add([]byte(`{"messages":[{"role":"tool","tool_call_id":"c1","content":""},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","function":{"name":"f"}}]},{"role":"function","name":"g","content":[{"type":"text","text":""}]},1,{"r\u006fle":"user","role":"system","role":"user"}]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","parts":[{"text":"hi"}]},{"role":"model","parts":[{"text":"","thought":true},{"text":"t","thought":"true"},{"functionCall":{"id":"c1","name":"f","args":{}}},{"functionCall":{"name":"g"}}]},{"role":"user","parts":{"a":{"functionResponse":{"id":"c1","name":"f","response":{}}}}},{"r\u006fle":"model","parts":[{"text":"x","thought":0},{"text":"\"q\""},"s",null]},{"parts":null},{"parts":[{"functionCall":"no"},{"functionResponse":{"name":1}}]}]}`))
+	f.Add([]byte(`{"messages":[{"type":"message","role":"user","content":"hi"},{"role":"assistant","content":[{"type":"output_text","text":""},{"type":"refusal","refusal":"no"}]},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"},{"type":"reasoning","summary":[]},{"type":"custom_tool_call","call_id":7},{"type":"x\u0079"},{"content":[{"type":"input_image"},"s",{"text":""}],"role":"user"},{"type":1}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkValidAround(t, body)
 		checkKnownArrayAt(t, body)

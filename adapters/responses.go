@@ -160,6 +160,106 @@ func respItemType(it gjson.Result) (string, itemKind) {
 // Results from function_call_output and custom_tool_call_output (call_id).
 // EmptyText is computed for message items and true for the others.
 func (a *Responses) WalkMessages(messages []byte, fn func(Message) bool) error {
+	// As OpenAIChat's: the vectorised walk, each item read with the raw
+	// walkers in a frame of its own (docs/design.md, an open stream's
+	// stack).
+	spans := elementSpans.Get().(*[][2]int)
+	defer elementSpans.Put(spans)
+	elems, ok := arrayElements(messages, (*spans)[:0])
+	*spans = elems[:0]
+	if !ok {
+		return walkResponsesItems(messages, fn)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	for i, e := range elems {
+		msg := responsesElement(messages[e[0]:e[1]], i, calls[:0], results[:0])
+		calls, results = msg.Calls, msg.Results
+		if !fn(msg) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// responsesElement reads one input item for WalkMessages.
+//
+//go:noinline
+func responsesElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+	item := str(raw)
+	typ, kind := respItemTypeRaw(item)
+	msg := Message{Index: i, Raw: raw, Role: typ, EmptyText: true}
+	switch kind {
+	case kindMessage:
+		role, _ := memberOf(item, "role")
+		msg.Role = knownRole(gjson.Parse(role))
+		content, _ := memberOf(item, "content")
+		msg.EmptyText = responsesEmptyTextRaw(content)
+	case kindCall:
+		id, _ := memberOf(item, "call_id")
+		name, _ := memberOf(item, "name")
+		calls = append(calls, ToolCall{ID: jsonString(id), Name: jsonString(name)})
+	case kindResult:
+		id, _ := memberOf(item, "call_id")
+		results = append(results, ToolResult{CallID: jsonString(id)})
+	}
+	msg.Calls, msg.Results = calls, results
+	return msg
+}
+
+// respItemTypeRaw is respItemType of a raw item.
+func respItemTypeRaw(item string) (string, itemKind) {
+	t, _ := memberOf(item, "type")
+	switch t {
+	case `"message"`:
+		return "message", kindMessage
+	case `"function_call"`:
+		return "function_call", kindCall
+	case `"custom_tool_call"`:
+		return "custom_tool_call", kindCall
+	case `"function_call_output"`:
+		return "function_call_output", kindResult
+	case `"custom_tool_call_output"`:
+		return "custom_tool_call_output", kindResult
+	case `"reasoning"`:
+		return "reasoning", kindReasoning
+	case "":
+		if _, ok := memberOf(item, "role"); ok {
+			return "message", kindMessage
+		}
+		return "", kindOther
+	}
+	return jsonString(t), kindOther
+}
+
+// responsesEmptyTextRaw is responsesEmptyText of raw content.
+func responsesEmptyTextRaw(c string) bool {
+	switch {
+	case isString(c):
+		return c == `""`
+	case len(c) > 0 && c[0] == '[':
+		empty := true
+		eachElement(c, func(p string) bool {
+			typ, _ := memberOf(p, "type")
+			switch jsonString(typ) {
+			case "output_text", "input_text", "text", "", "refusal":
+				text, _ := memberOf(p, "text")
+				refusal, _ := memberOf(p, "refusal")
+				if jsonString(text) != "" || jsonString(refusal) != "" {
+					empty = false
+				}
+			default:
+				empty = false
+			}
+			return empty
+		})
+		return empty
+	}
+	return true
+}
+
+// walkResponsesItems is WalkMessages through gjson, for any input.
+func walkResponsesItems(messages []byte, fn func(Message) bool) error {
 	arr := gjson.Parse(str(messages))
 	if !arr.IsArray() {
 		return fmt.Errorf("walk input: %w", ErrNoMessages)
