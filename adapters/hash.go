@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
+	"math"
 	"sort"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -144,61 +145,105 @@ func hashRaw(h hash.Hash, raw []byte) {
 	}
 	raw = raw[i:j]
 	if len(raw) == 0 {
-		hashValue(h, gjson.Result{})
+		hashParsed(h, raw)
 		return
-	}
-	var n [8]byte
-	writeLen := func(l int) {
-		binary.BigEndian.PutUint64(n[:], uint64(l))
-		h.Write(n[:])
 	}
 	switch raw[0] {
 	case '"':
-		inner := raw[1 : len(raw)-1]
-		if bytes.IndexByte(inner, '\\') >= 0 {
-			inner = appendUnescaped(make([]byte, 0, len(inner)), inner)
-		}
-		h.Write([]byte{'s'})
-		writeLen(len(inner))
-		writeLong(h, inner)
+		hashString(h, raw)
 		return
 	case '[':
-		var buf [8][2]int
-		if spans, ok := arrayElements(raw, buf[:0]); ok {
-			h.Write([]byte{'a'})
-			writeLen(len(spans))
-			for _, sp := range spans {
-				hashRaw(h, raw[sp[0]:sp[1]])
-			}
+		if hashArray(h, raw) {
 			return
 		}
 	case '{':
-		type kv struct{ k, v []byte }
-		var buf [8]kv
-		kvs := buf[:0]
-		failed := false
-		walked := walkMembers(raw, func(key []byte, at int) (bool, int) {
-			end, ok := skipValue(raw, at)
-			if !ok {
-				failed = true
-				return true, 0
-			}
-			kvs = append(kvs, kv{key, raw[at:end]})
-			return false, end
-		})
-		if walked && !failed {
-			sort.SliceStable(kvs, func(a, b int) bool { return string(kvs[a].k) < string(kvs[b].k) })
-			h.Write([]byte{'o'})
-			writeLen(len(kvs))
-			for _, e := range kvs {
-				writeLen(len(e.k))
-				h.Write(e.k)
-				hashRaw(h, e.v)
-			}
+		if hashObject(h, raw) {
 			return
 		}
 	}
+	hashParsed(h, raw)
+}
+
+// hashParsed hashes raw through gjson (a gjson.Result is 80 bytes, kept
+// out of hashRaw's frame, which every level of nesting takes).
+//
+//go:noinline
+func hashParsed(h hash.Hash, raw []byte) {
 	hashValue(h, gjson.Parse(str(raw)))
+}
+
+// hashString hashes a valid JSON string.
+//
+//go:noinline
+func hashString(h hash.Hash, raw []byte) {
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		inner = appendUnescaped(make([]byte, 0, len(inner)), inner)
+	}
+	h.Write([]byte{'s'})
+	writeLen(h, len(inner))
+	writeLong(h, inner)
+}
+
+// writeLen writes a length as 8 bytes.
+func writeLen(h hash.Hash, l int) {
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(l))
+	h.Write(n[:])
+}
+
+// hashArray and hashObject hash an array or object whose elements the
+// walkers can read, and report whether they could. Each level of nesting
+// takes one of their frames and one of hashRaw's, so they hold offsets,
+// not slices: a reply's hash runs on the connection's goroutine at a
+// stream's end, where every frame counts against the 8 KiB stack an open
+// stream keeps (docs/design.md).
+//
+//go:noinline
+func hashArray(h hash.Hash, raw []byte) bool {
+	var buf [8][2]int
+	spans, ok := arrayElements(raw, buf[:0])
+	if !ok {
+		return false
+	}
+	h.Write([]byte{'a'})
+	writeLen(h, len(spans))
+	for _, sp := range spans {
+		hashRaw(h, raw[sp[0]:sp[1]])
+	}
+	return true
+}
+
+//go:noinline
+func hashObject(h hash.Hash, raw []byte) bool {
+	type kv struct{ ks, ke, vs, ve int32 } // offsets in raw
+	var buf [8]kv
+	kvs := buf[:0]
+	failed := false
+	walked := walkMembers(raw, func(key []byte, at int) (bool, int) {
+		end, ok := skipValue(raw, at)
+		if !ok || end > math.MaxInt32 {
+			failed = true
+			return true, 0
+		}
+		ks := cap(raw) - cap(key) // key is a slice of raw: its offset
+		kvs = append(kvs, kv{int32(ks), int32(ks + len(key)), int32(at), int32(end)})
+		return false, end
+	})
+	if !walked || failed {
+		return false
+	}
+	sort.SliceStable(kvs, func(a, b int) bool {
+		return string(raw[kvs[a].ks:kvs[a].ke]) < string(raw[kvs[b].ks:kvs[b].ke])
+	})
+	h.Write([]byte{'o'})
+	writeLen(h, len(kvs))
+	for _, e := range kvs {
+		writeLen(h, int(e.ke-e.ks))
+		h.Write(raw[e.ks:e.ke])
+		hashRaw(h, raw[e.vs:e.ve])
+	}
+	return true
 }
 
 // appendUnescaped appends the text of a valid JSON string's body (between
