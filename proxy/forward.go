@@ -69,6 +69,9 @@ type exchange struct {
 	tenant string
 	req    *fasthttp.Request
 	resp   *fasthttp.Response
+	// final is the outcome upstreamFailed and respondWhole end the
+	// exchange with (here, not in a frame of theirs: see respondWhole).
+	final outcome
 	// clientConn is the client's connection, for per-flush write deadlines.
 	clientConn net.Conn
 	// op is what the adapter made of the request.
@@ -191,13 +194,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		ex.detach = up.cfg.OnDisconnect == "detach"
 	}
 	if err := ex.roundTrip(ctx, rest, cred, body); err != nil {
-		ex.release()
-		o := outcome{reason: "upstream_unreachable", status: 502}
-		if isTimeout(err) {
-			o.reason, o.status = string(limiter.FirstByteTimeout), 504
-		}
-		ex.end(o)
-		s.writeUpstreamError(ctx, shape, err)
+		ex.upstreamFailed(ctx, err)
 		return
 	}
 	// The request body has been sent; the response head is here.
@@ -225,26 +222,50 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		}
 		setBodyStreamWriter(ctx, ex.relayChunks)
 	default:
-		body := ex.resp.Body()
-		// The turn is stored before the client sees the answer, so a 2xx
-		// always means the turn is kept.
-		o := outcome{status: ex.resp.StatusCode()}
-		if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage()) {
-			o.turn, _ = ex.ad.ParseResponse(body)
-			o.response = body
-		} else if !ok {
-			o.errBody = body
-		}
-		o.retryAfter = limiter.ParseRetryAfter(string(ex.resp.Header.Peek("Retry-After")), time.Now())
-		if err := ex.end(o); err != nil {
-			// The answer still goes out (its tokens are spent), marked as
-			// not stored; the metric and the log say why.
-			ctx.Response.Header.Set("X-Persisted", "false")
-			ex.s.metrics.countUnpersisted()
-		}
-		ctx.SetBody(body)
-		ex.release()
+		ex.respondWhole(ctx, ok)
 	}
+}
+
+// upstreamFailed ends an exchange whose upstream round trip failed. It and
+// respondWhole are functions of their own, with the outcome in the
+// exchange: the finish's store round trip runs below them, on the
+// connection's goroutine, where every frame counts against the 8 KiB
+// stack an open connection keeps (docs/design.md).
+//
+//go:noinline
+func (ex *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
+	ex.release()
+	ex.final = outcome{reason: "upstream_unreachable", status: 502}
+	if isTimeout(err) {
+		ex.final.reason, ex.final.status = string(limiter.FirstByteTimeout), 504
+	}
+	ex.end(&ex.final)
+	ex.s.writeUpstreamError(ctx, ex.ad, err)
+}
+
+// respondWhole answers with an upstream answer of known length, once the
+// turn is stored: a 2xx always means the turn is kept.
+//
+//go:noinline
+func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
+	body := ex.resp.Body()
+	o := &ex.final
+	*o = outcome{status: ex.resp.StatusCode()}
+	if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage()) {
+		o.turn, _ = ex.ad.ParseResponse(body)
+		o.response = body
+	} else if !ok {
+		o.errBody = body
+	}
+	o.retryAfter = limiter.ParseRetryAfter(string(ex.resp.Header.Peek("Retry-After")), time.Now())
+	if err := ex.end(o); err != nil {
+		// The answer still goes out (its tokens are spent), marked as
+		// not stored; the metric and the log say why.
+		ctx.Response.Header.Set("X-Persisted", "false")
+		ex.s.metrics.countUnpersisted()
+	}
+	ctx.SetBody(body)
+	ex.release()
 }
 
 // roundTrip sends the upstream request, retrying 429 and 5xx answers with
@@ -300,7 +321,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 }
 
 // endTurn records the run's end, once.
-func (ex *exchange) endTurn(o outcome) error {
+func (ex *exchange) endTurn(o *outcome) error {
 	if ex.turn != nil && !ex.turnDone {
 		ex.turnDone = true
 		return ex.turn.finish(o)
@@ -331,7 +352,7 @@ func onOwnStack(fn func()) {
 // end closes the books on an exchange: the run's record (unless the relay
 // already wrote it at the provider's last event), the rate-limit settlement
 // with real usage, and the gate slot.
-func (ex *exchange) end(o outcome) error {
+func (ex *exchange) end(o *outcome) error {
 	err := ex.endTurn(o)
 	m := ex.s.metrics
 	route := "passthrough"
@@ -520,7 +541,10 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	if ex.turn != nil {
 		rc.stopOn(ex.turn.cancelCtx, stopCancelled, nil)
 	}
-	var o outcome
+	// The outcome is the exchange's (on the heap), and the answer is read
+	// into it by a function of its own: the finish's store round trip
+	// runs below this frame (see respondWhole).
+	o := &ex.final
 	o.status = ex.resp.StatusCode()
 	if ex.asm != nil {
 		ar := adapters.NewArrayReader(tee, ex.s.cfg.Limits.MaxSSELineBytes)
@@ -533,7 +557,7 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 		}
 		// Whatever the array reader left unread still goes to the client.
 		_, _ = io.Copy(io.Discard, tee)
-		o.turn = ex.asm.Result()
+		ex.takeResult()
 	} else {
 		_, _ = io.Copy(io.Discard, tee)
 		if o.status >= 300 {
@@ -553,6 +577,11 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	}
 	ex.end(o)
 }
+
+// takeResult sets the final outcome's turn to the assembler's.
+//
+//go:noinline
+func (ex *exchange) takeResult() { ex.final.turn = ex.asm.Result() }
 
 // chunkTee forwards every chunk it reads from the upstream to the client
 // before handing it to its reader. A client that leaves stops the upstream
@@ -722,6 +751,7 @@ type sseRelay struct {
 	reader *sse.Reader
 	dog    *limiter.Watchdog
 	o      outcome
+	last   outcome // the turn recorded at the provider's last event (setLast)
 
 	errHead      []byte
 	firstWritten bool
@@ -798,7 +828,8 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 		// The provider's last event: record the turn before the client
 		// sees it, so a client that sends its next turn as soon as it
 		// reads the end finds the thread free.
-		ex.endTurn(outcome{status: r.o.status, turn: ex.asm.Result()})
+		r.setLast()
+		ex.endTurn(&r.last)
 	}
 	clientGone := false
 	if !drop {
@@ -871,6 +902,17 @@ func (r *sseRelay) ended(err error) {
 	}
 }
 
+// setLast sets the outcome the turn is recorded with at the provider's
+// last event. It is built in the relay (on the heap) by a function whose
+// frame is gone before the finish: the finish's round trip runs below
+// forward, on the connection's goroutine, and every frame on that path
+// counts against the 8 KiB stack an open stream keeps.
+//
+//go:noinline
+func (r *sseRelay) setLast() {
+	r.last = outcome{status: r.o.status, turn: r.ex.asm.Result()}
+}
+
 // finish stops the clocks and callbacks and records the exchange's end.
 //
 //go:noinline
@@ -882,5 +924,5 @@ func (r *sseRelay) finish() {
 		r.o.turn = ex.asm.Result()
 	}
 	r.o.errBody = r.errHead
-	ex.end(r.o)
+	ex.end(&r.o)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -724,33 +725,57 @@ type outcome struct {
 
 // finish records the run's end: the transcript (what was sent plus the
 // reply, when the reply is whole) and the status, as one atomic step.
-func (t *turn) finish(o outcome) error {
+//
+// It runs on the connection's goroutine, under a stream's relay, with the
+// store's round trip below it: finishRecord builds the record in a frame
+// that is gone before the round trip (see docs/design.md, an open
+// stream's stack).
+func (t *turn) finish(o *outcome) error {
 	t.stopRenewing()
 	// Wait for the pending-turn write (long done by now), so it cannot land
 	// after the run's end, and so the transcript write knows what is stored.
 	pendingSaved := t.awaitPending()
 	defer t.s.local.Delete(localKey(t.key, t.runID))
-	var tail eventTail
-	if t.events != nil {
-		tail = t.events.close()
+	fr := t.finishRecord(o, pendingSaved)
+	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
+	defer cancel()
+	if err := t.st.Finish(rctx, t.lease, &fr.f); err != nil {
+		t.finishFailed(fr.f.Status, err)
+		return err
 	}
-	f := &store.Finish{
-		EventsFrom:       tail.first,
-		Events:           tail.events,
-		Response:         o.response,
-		Repairs:          t.repairs,
-		Restored:         t.restored,
-		InterruptedCalls: t.interrupted,
-		SessionID:        t.sessionID,
-		Model:            t.model,
-		Resolve:          t.resolve,
-		Cancel:           t.cancel,
-		Resumes:          t.resumes,
-		UpstreamBody:     t.upstreamBody,
+	if len(fr.tail.events) > 0 {
+		t.s.metrics.eventLogLag.Observe(time.Since(fr.tail.queuedAt).Seconds())
 	}
+	t.keepTranscript(fr.parts, fr.hashes, fr.replies, pendingSaved)
+	t.s.metrics.runs(fr.f.Status)
+	return nil
+}
+
+// finishing is a finish as finishRecord builds it.
+type finishing struct {
+	f    store.Finish
+	tr   store.Transcript
+	tail eventTail
 	// The transcript the finish writes, for the thread cache.
-	var parts, replies [][]byte
-	var hashes []store.Hash
+	parts, replies [][]byte
+	hashes         []store.Hash
+}
+
+// finishRecord builds the run's end record from the outcome.
+//
+//go:noinline
+func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
+	fr := &finishing{}
+	if t.events != nil {
+		fr.tail = t.events.close()
+	}
+	f := &fr.f
+	// Field by field: a composite literal is built in the frame first.
+	f.EventsFrom, f.Events = fr.tail.first, fr.tail.events
+	f.Response, f.UpstreamBody = o.response, t.upstreamBody
+	f.Repairs, f.Restored, f.InterruptedCalls = t.repairs, t.restored, t.interrupted
+	f.SessionID, f.Model = t.sessionID, t.model
+	f.Resolve, f.Cancel, f.Resumes = t.resolve, t.cancel, t.resumes
 	if u := o.turn.Usage; u.Present {
 		f.Usage = &store.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens}
 	}
@@ -782,33 +807,31 @@ func (t *turn) finish(o outcome) error {
 		}
 		// Appending past len leaves t.parts and t.hashes (the pending
 		// transcript's) as they are; neither is read after finish.
-		parts, hashes = t.parts, t.hashes
-		replies = t.replyMessages(o.turn.Message)
-		for _, m := range replies {
-			parts = append(parts, m)
-			hashes = append(hashes, store.Hash(adapters.HashMessage(m)))
+		fr.parts, fr.hashes = t.parts, t.hashes
+		fr.replies = t.replyMessages(o.turn.Message)
+		for _, m := range fr.replies {
+			fr.parts = append(fr.parts, m)
+			fr.hashes = append(fr.hashes, store.Hash(adapters.HashMessage(m)))
 		}
-		var tr store.Transcript
 		if pendingSaved {
-			tr = t.transcriptFrom(t.hashes, parts, hashes)
+			fr.tr = t.transcriptFrom(t.hashes, fr.parts, fr.hashes)
 		} else {
-			tr = t.transcriptFrom(t.storedHashes, parts, hashes)
+			fr.tr = t.transcriptFrom(t.storedHashes, fr.parts, fr.hashes)
 		}
-		f.Transcript = &tr
+		f.Transcript = &fr.tr
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), t.s.storeTimeout)
-	defer cancel()
-	if err := t.st.Finish(rctx, t.lease, f); err != nil {
-		t.s.threads.drop(t.key)
-		t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", f.Status, "err", err)
-		return err
-	}
-	if len(tail.events) > 0 {
-		t.s.metrics.eventLogLag.Observe(time.Since(tail.queuedAt).Seconds())
-	}
-	t.keepTranscript(parts, hashes, replies, pendingSaved)
-	t.s.metrics.runs(f.Status)
-	return nil
+	return fr
+}
+
+// finishFailed forgets the thread's cached transcript and logs a finish
+// that did not land. A function of its own: the logger's call, inlined,
+// took 300 bytes of finish's frame, which is on the stack of the finish's
+// round trip.
+//
+//go:noinline
+func (t *turn) finishFailed(status store.Status, err error) {
+	t.s.threads.drop(t.key)
+	t.s.log.Error("finishing a run failed; its turn is not stored", "thread", t.key.Thread, "run", t.runID, "status", status, "err", err)
 }
 
 // keepTranscript hands the transcript a finish wrote (parts, with the
@@ -835,11 +858,20 @@ func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]b
 		// store on that turn, and kept from then on.
 		return
 	}
-	infos := t.infos
+	// The replies are read first and skimmed after the walk, not in its
+	// callback: this runs on the connection's goroutine at a stream's end,
+	// and the skim below the walk's own frames (gjson's ForEach for
+	// Gemini) went past the 8 KiB its stack keeps (docs/design.md).
+	var read []adapters.Message
 	_ = t.ad.WalkMessages(joinArray(replies), func(m adapters.Message) bool {
-		infos = append(infos, infoOf(t.ad, m))
+		m.Calls, m.Results = slices.Clone(m.Calls), slices.Clone(m.Results) // the walk reuses them
+		read = append(read, m)
 		return true
 	})
+	infos := t.infos
+	for _, m := range read {
+		infos = append(infos, infoOf(t.ad, m))
+	}
 	if len(infos) != len(parts) {
 		c.drop(t.key)
 		return
