@@ -179,7 +179,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	}
 	ex.adm = adm
 	if ex.op.Kind == adapters.OpGenerate && up.cfg.PersistEnabled() && s.store != nil {
-		onOwnStack(func() { ex.turn, body, ok = s.beginTurn(ctx, ex, body) })
+		ex.turn, body, ok = s.starters.begin(s, ctx, ex, body)
 		if !ok {
 			adm.refund()
 			ex.release()
@@ -329,25 +329,6 @@ func (ex *exchange) endTurn(o *outcome) error {
 	return nil
 }
 
-// onOwnStack runs fn on a goroutine of its own and waits for it.
-//
-// A goroutine keeps the stack its deepest call grew it to until a garbage
-// collection finds three quarters of it unused. Starting a turn and
-// finishing one go deep (composing, repairing, a store round trip through
-// go-redis: 9 to 11 KiB below fasthttp's frames), while a stream's relay
-// waits at 3 KiB; run on the connection's goroutine, they left every open
-// stream and idle keep-alive connection with a 16 KiB stack where 8 would
-// do. The waiting goroutine readies the new one into its P's next slot and
-// parks, so fn starts at once, as a call would; its stack goes back to the
-// runtime's cache when it ends.
-func onOwnStack(fn func()) {
-	done := make(chan struct{})
-	go func() {
-		fn()
-		close(done)
-	}()
-	<-done
-}
 
 // end closes the books on an exchange: the run's record (unless the relay
 // already wrote it at the provider's last event), the rate-limit settlement

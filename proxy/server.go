@@ -57,6 +57,9 @@ type Server struct {
 	log       *slog.Logger
 	store     store.Store
 	replicaID string
+	// starters run the start of a turn off the connection's goroutine
+	// (see turnStarters).
+	starters turnStarters
 	// threads keeps the transcripts this replica last read or wrote (nil:
 	// off).
 	threads *threadCache
@@ -322,6 +325,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.stopSweeper != nil {
 		s.stopSweeper()
 	}
+	s.starters.stop()
 	return err
 }
 
