@@ -329,7 +329,6 @@ func (ex *exchange) endTurn(o *outcome) error {
 	return nil
 }
 
-
 // end closes the books on an exchange: the run's record (unless the relay
 // already wrote it at the provider's last event), the rate-limit settlement
 // with real usage, and the gate slot.
