@@ -107,11 +107,16 @@ type StreamsCheck struct {
 	// leaves out file pages mapped in, such as the embedded store's
 	// database (bbolt reads it through mmap; the pages are the kernel's
 	// page cache, clean and reclaimable).
-	BaseAnonKB      int64    `json:"base_rss_anon_kb"`
-	PeakAnonKB      int64    `json:"peak_rss_anon_kb"`
-	AnonKBPerStream float64  `json:"anon_kb_per_stream"`
-	FreshProcess    bool     `json:"fresh_process"` // measured on a process started for the check
-	ErrorSamples    []string `json:"error_samples,omitempty"`
+	BaseAnonKB      int64   `json:"base_rss_anon_kb"`
+	PeakAnonKB      int64   `json:"peak_rss_anon_kb"`
+	AnonKBPerStream float64 `json:"anon_kb_per_stream"`
+	FreshProcess    bool    `json:"fresh_process"` // measured on a process started for the check
+	// When the anonymous peak came, in seconds from the first stream's
+	// start, and when every stream had its first event: a peak at the
+	// opening burst and one as the streams end have different causes.
+	PeakAnonAt   float64  `json:"peak_anon_at_s"`
+	AllOpenAt    float64  `json:"all_open_at_s"`
+	ErrorSamples []string `json:"error_samples,omitempty"`
 }
 
 // freshStreamsCheck runs the streams check on a new process like t's where
@@ -148,9 +153,10 @@ func streamsCheck(t *target, sp *spec, n int, tidPrefix string) *StreamsCheck {
 	pid := t.proc.pid()
 	sc.BaseRSSKB = statusKB(pid, "VmRSS")
 	sc.BaseAnonKB = statusKB(pid, "RssAnon")
-	var peak, peakAnon atomic.Int64
+	var peak, peakAnon, peakAnonAt atomic.Int64
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
+	start := time.Now()
 	sampler.Go(func() {
 		tk := time.NewTicker(25 * time.Millisecond)
 		defer tk.Stop()
@@ -160,6 +166,7 @@ func streamsCheck(t *target, sp *spec, n int, tidPrefix string) *StreamsCheck {
 			}
 			if v := statusKB(pid, "RssAnon"); v > peakAnon.Load() {
 				peakAnon.Store(v)
+				peakAnonAt.Store(int64(time.Since(start)))
 			}
 			select {
 			case <-stop:
@@ -170,7 +177,6 @@ func streamsCheck(t *target, sp *spec, n int, tidPrefix string) *StreamsCheck {
 	})
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	start := time.Now()
 	for i := range n {
 		wg.Go(func() {
 			tid := ""
@@ -198,6 +204,7 @@ func streamsCheck(t *target, sp *spec, n int, tidPrefix string) *StreamsCheck {
 	close(stop)
 	sampler.Wait()
 	sc.PeakRSSKB, sc.PeakAnonKB = peak.Load(), peakAnon.Load()
+	sc.PeakAnonAt = time.Duration(peakAnonAt.Load()).Seconds()
 	if sc.FirstEvents > 0 {
 		// Per stream that was really open (reached its first event).
 		sc.KBPerStream = float64(sc.PeakRSSKB-sc.BaseRSSKB) / float64(sc.FirstEvents)
