@@ -30,12 +30,19 @@ type batch struct {
 	onSent func(error)   // an asynchronous batch's caller (execAsync)
 }
 
+// queuedScript is a script queued as EVALSHA. Its arguments are the
+// command's own (cmd.Args() past the keys), not the caller's slice, which
+// is garbage once queued: a finish queued behind others in a burst holds
+// one copy of its arguments, not two.
 type queuedScript struct {
 	sc   *redis.Script
 	keys []string
-	args []any
 	cmd  *redis.Cmd
 }
+
+// args are the script's arguments as queued: EVALSHA, the hash, the key
+// count, the keys, then these.
+func (q *queuedScript) args() []any { return q.cmd.Args()[3+len(q.keys):] }
 
 func (s *Store) batch(ctx context.Context) *batch {
 	return &batch{ctx: ctx, pipe: s.c.Pipeline()}
@@ -45,7 +52,7 @@ func (s *Store) batch(ctx context.Context) *batch {
 // when exec had to re-send it.
 func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd {
 	cmd := b.pipe.EvalSha(b.ctx, sc.Hash(), keys, args...)
-	b.scripts = append(b.scripts, queuedScript{sc, keys, args, cmd})
+	b.scripts = append(b.scripts, queuedScript{sc, keys, cmd})
 	for _, a := range args {
 		switch v := a.(type) {
 		case string:
@@ -309,7 +316,7 @@ func (b *batch) result(s *Store) error {
 		pipe := s.c.Pipeline()
 		evals := make([]*redis.Cmd, len(again))
 		for i, q := range again {
-			evals[i] = q.sc.Eval(b.ctx, pipe, q.keys, q.args...)
+			evals[i] = q.sc.Eval(b.ctx, pipe, q.keys, q.args()...)
 		}
 		if _, err := pipe.Exec(b.ctx); err != nil && !errors.Is(err, redis.Nil) && !isRedisErr(err) {
 			return err
