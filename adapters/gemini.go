@@ -102,27 +102,7 @@ func (g *Gemini) SetSystem(body, system []byte) ([]byte, error) {
 // functionResponse parts; IDs are functionCall.id / functionResponse.id
 // where the client sent them, else "".
 func (g *Gemini) WalkMessages(messages []byte, fn func(Message) bool) error {
-	// As OpenAIChat's: the elements with the vectorised walk, each content
-	// read with the raw walkers in a frame of its own, gone before fn runs
-	// (gjson's nested ForEach and Get went 2.5 KiB deep, on the path of a
-	// stream's finish: docs/design.md).
-	spans := elementSpans.Get().(*[][2]int)
-	defer elementSpans.Put(spans)
-	elems, ok := arrayElements(messages, (*spans)[:0])
-	*spans = elems[:0]
-	if !ok {
-		return walkGeminiContents(messages, fn)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	for i, e := range elems {
-		msg := geminiElement(messages[e[0]:e[1]], i, calls[:0], results[:0])
-		calls, results = msg.Calls, msg.Results
-		if !fn(msg) {
-			return nil
-		}
-	}
-	return nil
+	return walkElements(messages, "contents", geminiElement, fn)
 }
 
 // geminiElement reads one content for WalkMessages.
@@ -134,8 +114,8 @@ func geminiElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Me
 	parts, _ := memberOf(content, "parts")
 	each := eachElement
 	if isObject(parts) {
-		// gjson's ForEach, which the gjson path uses, reads an object's
-		// members as it reads an array's elements.
+		// Read as gjson's ForEach reads it (the walk before session 11):
+		// an object's members as an array's elements.
 		each = func(obj string, fn func(string) bool) {
 			eachMember(obj, func(_, v string) bool { return fn(v) })
 		}
@@ -171,38 +151,6 @@ func jsonBool(v string) bool {
 		return true
 	}
 	return gjson.Parse(v).Bool()
-}
-
-// walkGeminiContents is WalkMessages through gjson, for any input.
-func walkGeminiContents(messages []byte, fn func(Message) bool) error {
-	arr := gjson.Parse(str(messages))
-	if !arr.IsArray() {
-		return fmt.Errorf("walk contents: %w", ErrNoMessages)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	i := 0
-	arr.ForEach(func(_, m gjson.Result) bool {
-		calls, results = calls[:0], results[:0]
-		empty := true
-		m.Get("parts").ForEach(func(_, p gjson.Result) bool {
-			if fc := p.Get("functionCall"); fc.IsObject() {
-				calls = append(calls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
-			}
-			if fr := p.Get("functionResponse"); fr.IsObject() {
-				results = append(results, ToolResult{CallID: fr.Get("id").String(), Name: fr.Get("name").String()})
-			}
-			if t := p.Get("text"); t.Type == gjson.String && t.Raw != `""` && !p.Get("thought").Bool() {
-				empty = false
-			}
-			return true
-		})
-		msg := Message{Index: i, Raw: rawSlice(messages, m), Role: knownRole(m.Get("role")),
-			Calls: calls, Results: results, EmptyText: empty}
-		i++
-		return fn(msg)
-	})
-	return nil
 }
 
 // PrepareUpstream implements Adapter: Gemini reports usage on every chunk

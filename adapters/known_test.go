@@ -229,7 +229,7 @@ func TestInsertAbsentKeys(t *testing.T) {
 	}
 }
 
-// WalkMessages' fast path reads every message as the gjson path does.
+// WalkMessages reads every message as the gjson references below do.
 func checkWalkMessages(t *testing.T, body []byte) {
 	t.Helper()
 	if !gjson.ValidBytes(body) {
@@ -246,16 +246,16 @@ func checkWalkMessages(t *testing.T, body []byte) {
 		})
 		return out
 	}
-	fast, slow := collect(openAIAd.WalkMessages), collect(walkOpenAIMessages)
+	fast, slow := collect(openAIAd.WalkMessages), collect(walkOpenAIReference)
 	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
 		t.Fatalf("WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
 	}
 	// Gemini's and Responses', on the same array.
-	fast, slow = collect(geminiAd.WalkMessages), collect(walkGeminiContents)
+	fast, slow = collect(geminiAd.WalkMessages), collect(walkGeminiReference)
 	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
 		t.Fatalf("Gemini WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
 	}
-	fast, slow = collect(respAd.WalkMessages), collect(walkResponsesItems)
+	fast, slow = collect(respAd.WalkMessages), collect(walkResponsesReference)
 	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
 		t.Fatalf("Responses WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
 	}
@@ -332,4 +332,133 @@ func FuzzModelAndStream(f *testing.F) {
 			checkModelAndStream(t, body)
 		}
 	})
+}
+
+// walkOpenAIReference is OpenAI chat's WalkMessages with every field
+// looked up through gjson.
+func walkOpenAIReference(messages []byte, fn func(Message) bool) error {
+	arr := gjson.Parse(str(messages))
+	if !arr.IsArray() {
+		return fmt.Errorf("walk messages: %w", ErrNoMessages)
+	}
+	i := 0
+	arr.ForEach(func(_, m gjson.Result) bool {
+		f := openAIFieldsOf(m)
+		msg := openAIMessage(&f, rawSlice(messages, m), i, nil, nil)
+		i++
+		return fn(msg)
+	})
+	return nil
+}
+
+// walkGeminiReference is Gemini's WalkMessages as gjson reads it (the
+// walk before session 11), the reference the raw walk is checked against.
+func walkGeminiReference(messages []byte, fn func(Message) bool) error {
+	arr := gjson.Parse(str(messages))
+	if !arr.IsArray() {
+		return fmt.Errorf("walk contents: %w", ErrNoMessages)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	i := 0
+	arr.ForEach(func(_, m gjson.Result) bool {
+		calls, results = calls[:0], results[:0]
+		empty := true
+		m.Get("parts").ForEach(func(_, p gjson.Result) bool {
+			if fc := p.Get("functionCall"); fc.IsObject() {
+				calls = append(calls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
+			}
+			if fr := p.Get("functionResponse"); fr.IsObject() {
+				results = append(results, ToolResult{CallID: fr.Get("id").String(), Name: fr.Get("name").String()})
+			}
+			if t := p.Get("text"); t.Type == gjson.String && t.Raw != `""` && !p.Get("thought").Bool() {
+				empty = false
+			}
+			return true
+		})
+		msg := Message{Index: i, Raw: rawSlice(messages, m), Role: knownRole(m.Get("role")),
+			Calls: calls, Results: results, EmptyText: empty}
+		i++
+		return fn(msg)
+	})
+	return nil
+}
+
+// walkResponsesReference is Responses' WalkMessages as gjson reads it.
+func walkResponsesReference(messages []byte, fn func(Message) bool) error {
+	arr := gjson.Parse(str(messages))
+	if !arr.IsArray() {
+		return fmt.Errorf("walk input: %w", ErrNoMessages)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	i := 0
+	arr.ForEach(func(_, it gjson.Result) bool {
+		calls, results = calls[:0], results[:0]
+		typ, kind := respItemTypeReference(it)
+		msg := Message{Index: i, Raw: rawSlice(messages, it), Role: typ, EmptyText: true}
+		switch kind {
+		case kindMessage:
+			msg.Role = knownRole(it.Get("role"))
+			msg.EmptyText = responsesEmptyTextReference(it.Get("content"))
+		case kindCall:
+			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
+		case kindResult:
+			results = append(results, ToolResult{CallID: it.Get("call_id").String()})
+		}
+		msg.Calls, msg.Results = calls, results
+		i++
+		return fn(msg)
+	})
+	return nil
+}
+
+// responsesEmptyTextReference reports whether a message content holds no non-empty
+// text: null, "", absent, or parts none of which has a non-empty text or
+// refusal (input_image/input_file parts count as non-empty).
+func responsesEmptyTextReference(c gjson.Result) bool {
+	switch {
+	case c.Type == gjson.String:
+		return c.Raw == `""`
+	case c.IsArray():
+		empty := true
+		c.ForEach(func(_, p gjson.Result) bool {
+			switch p.Get("type").String() {
+			case "output_text", "input_text", "text", "", "refusal":
+				if p.Get("text").String() != "" || p.Get("refusal").String() != "" {
+					empty = false
+				}
+			default:
+				empty = false
+			}
+			return empty
+		})
+		return empty
+	}
+	return true
+}
+
+// respItemTypeReference is respItemType through gjson.
+func respItemTypeReference(it gjson.Result) (string, itemKind) {
+	t := it.Get("type")
+	switch t.Raw {
+	case `"message"`:
+		return "message", kindMessage
+	case `"function_call"`:
+		return "function_call", kindCall
+	case `"custom_tool_call"`:
+		return "custom_tool_call", kindCall
+	case `"function_call_output"`:
+		return "function_call_output", kindResult
+	case `"custom_tool_call_output"`:
+		return "custom_tool_call_output", kindResult
+	case `"reasoning"`:
+		return "reasoning", kindReasoning
+	case "":
+		if it.Get("role").Exists() {
+			return "message", kindMessage
+		}
+		return "", kindOther
+	}
+	return t.String(), kindOther
 }

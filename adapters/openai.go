@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
@@ -168,26 +167,7 @@ func setRaw(body []byte, path string, value []byte) ([]byte, error) {
 // legacy function_call), results from role "tool" (tool_call_id) and role
 // "function" (name).
 func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error {
-	// The fast path: find the elements with a vectorised walk, then read
-	// each message's few fields in one walk over its members, where gjson
-	// would step through a long content string once per field.
-	spans := elementSpans.Get().(*[][2]int)
-	defer elementSpans.Put(spans)
-	elems, ok := arrayElements(messages, (*spans)[:0])
-	*spans = elems[:0]
-	if !ok {
-		return walkOpenAIMessages(messages, fn)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	for i, e := range elems {
-		msg := openAIElement(messages[e[0]:e[1]], i, calls[:0], results[:0])
-		calls, results = msg.Calls, msg.Results
-		if !fn(msg) {
-			return nil
-		}
-	}
-	return nil
+	return walkElements(messages, "messages", openAIElement, fn)
 }
 
 // openAIElement reads one message for WalkMessages. Its frame is gone
@@ -208,37 +188,14 @@ func openAIElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Me
 	return openAIMessage(&fields, raw, i, calls, results)
 }
 
-// elementSpans holds WalkMessages' element offsets between calls: a
-// 64-element array of them on the stack was 1 KiB of the deepest frames of
-// a request, which set the stack size its connection's goroutine kept.
-var elementSpans = sync.Pool{New: func() any { s := make([][2]int, 0, 64); return &s }}
-
-// walkOpenAIMessages is WalkMessages through gjson, for any input.
-func walkOpenAIMessages(messages []byte, fn func(Message) bool) error {
-	arr := gjson.Parse(str(messages))
-	if !arr.IsArray() {
-		return fmt.Errorf("walk messages: %w", ErrNoMessages)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	i := 0
-	arr.ForEach(func(_, m gjson.Result) bool {
-		f := openAIFieldsOf(m)
-		msg := openAIMessage(&f, rawSlice(messages, m), i, calls[:0], results[:0])
-		calls, results = msg.Calls, msg.Results
-		i++
-		return fn(msg)
-	})
-	return nil
-}
-
 // openAIFields are the members of a chat message WalkMessages reads, as
 // raw JSON ("" when absent).
 type openAIFields struct {
 	role, toolCalls, functionCall, content, toolCallID, name string
 }
 
-// openAIFieldsOf looks the fields up with gjson, one lookup each.
+// openAIFieldsOf looks the fields up with gjson, one lookup each (for a
+// message the member walker declines).
 func openAIFieldsOf(m gjson.Result) openAIFields {
 	return openAIFields{role: m.Get("role").Raw, toolCalls: m.Get("tool_calls").Raw, functionCall: m.Get("function_call").Raw,
 		content: m.Get("content").Raw, toolCallID: m.Get("tool_call_id").Raw, name: m.Get("name").Raw}

@@ -1,6 +1,13 @@
 package adapters
 
-import "github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+)
 
 // A minimal scanner over raw JSON text for the per-event hot path. gjson
 // decodes every string value it visits that holds an escape (one allocation
@@ -142,3 +149,59 @@ func member(obj, key string) string {
 func isString(v string) bool { return len(v) >= 2 && v[0] == '"' }
 func isNull(v string) bool   { return v == "null" }
 func isObject(v string) bool { return len(v) > 0 && v[0] == '{' }
+
+// elementReader reads one message (chat message, Gemini content, Responses
+// item) of a WalkMessages array; calls and results are reused for its
+// lists. Each runs in a frame of its own, gone before WalkMessages' fn
+// runs: WalkMessages is on the path of a stream's finish, on the
+// connection's goroutine (docs/design.md, an open stream's stack).
+type elementReader func(raw []byte, i int, calls []ToolCall, results []ToolResult) Message
+
+// elementSpans holds WalkMessages' element offsets between calls: a
+// 64-element array of them on the stack was 1 KiB of the deepest frames of
+// a request, which set the stack size its connection's goroutine kept.
+var elementSpans = sync.Pool{New: func() any { s := make([][2]int, 0, 64); return &s }}
+
+// walkElements is WalkMessages for every format: the elements of the
+// array found with the vectorised walk (gjson's for an array it declines;
+// one that is not an array is ErrNoMessages, naming what), each read by
+// read and handed to fn until fn returns false.
+func walkElements(messages []byte, what string, read elementReader, fn func(Message) bool) error {
+	var calls []ToolCall
+	var results []ToolResult
+	spans := elementSpans.Get().(*[][2]int)
+	defer elementSpans.Put(spans)
+	elems, ok := arrayElements(messages, (*spans)[:0])
+	*spans = elems[:0]
+	if ok {
+		for i, e := range elems {
+			msg := read(messages[e[0]:e[1]], i, calls[:0], results[:0])
+			calls, results = msg.Calls, msg.Results
+			if !fn(msg) {
+				return nil
+			}
+		}
+		return nil
+	}
+	return walkElementsGJSON(messages, what, read, fn)
+}
+
+// walkElementsGJSON is walkElements for an array the vectorised walk
+// declines, through gjson (a function of its own: its gjson results would
+// double walkElements' frame).
+func walkElementsGJSON(messages []byte, what string, read elementReader, fn func(Message) bool) error {
+	arr := gjson.Parse(str(messages))
+	if !arr.IsArray() {
+		return fmt.Errorf("walk %s: %w", what, ErrNoMessages)
+	}
+	var calls []ToolCall
+	var results []ToolResult
+	i := 0
+	arr.ForEach(func(_, m gjson.Result) bool {
+		msg := read(rawSlice(messages, m), i, calls[:0], results[:0])
+		calls, results = msg.Calls, msg.Results
+		i++
+		return fn(msg)
+	})
+	return nil
+}

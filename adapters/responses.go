@@ -129,29 +129,7 @@ const (
 
 // respItemType returns an item's type and kind; an item without "type"
 // but with "role" is a message.
-func respItemType(it gjson.Result) (string, itemKind) {
-	t := it.Get("type")
-	switch t.Raw {
-	case `"message"`:
-		return "message", kindMessage
-	case `"function_call"`:
-		return "function_call", kindCall
-	case `"custom_tool_call"`:
-		return "custom_tool_call", kindCall
-	case `"function_call_output"`:
-		return "function_call_output", kindResult
-	case `"custom_tool_call_output"`:
-		return "custom_tool_call_output", kindResult
-	case `"reasoning"`:
-		return "reasoning", kindReasoning
-	case "":
-		if it.Get("role").Exists() {
-			return "message", kindMessage
-		}
-		return "", kindOther
-	}
-	return t.String(), kindOther
-}
+func respItemType(it gjson.Result) (string, itemKind) { return respItemTypeRaw(it.Raw) }
 
 // WalkMessages implements Adapter over input items. A message item's Role
 // is its role; every other item's Role is its type ("function_call",
@@ -160,26 +138,7 @@ func respItemType(it gjson.Result) (string, itemKind) {
 // Results from function_call_output and custom_tool_call_output (call_id).
 // EmptyText is computed for message items and true for the others.
 func (a *Responses) WalkMessages(messages []byte, fn func(Message) bool) error {
-	// As OpenAIChat's: the vectorised walk, each item read with the raw
-	// walkers in a frame of its own (docs/design.md, an open stream's
-	// stack).
-	spans := elementSpans.Get().(*[][2]int)
-	defer elementSpans.Put(spans)
-	elems, ok := arrayElements(messages, (*spans)[:0])
-	*spans = elems[:0]
-	if !ok {
-		return walkResponsesItems(messages, fn)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	for i, e := range elems {
-		msg := responsesElement(messages[e[0]:e[1]], i, calls[:0], results[:0])
-		calls, results = msg.Calls, msg.Results
-		if !fn(msg) {
-			return nil
-		}
-	}
-	return nil
+	return walkElements(messages, "input", responsesElement, fn)
 }
 
 // responsesElement reads one input item for WalkMessages.
@@ -232,7 +191,10 @@ func respItemTypeRaw(item string) (string, itemKind) {
 	return jsonString(t), kindOther
 }
 
-// responsesEmptyTextRaw is responsesEmptyText of raw content.
+// responsesEmptyTextRaw reports whether a message content holds no
+// non-empty text: null, "", absent, or parts none of which has a
+// non-empty text or refusal (input_image/input_file parts count as
+// non-empty).
 func responsesEmptyTextRaw(c string) bool {
 	switch {
 	case isString(c):
@@ -246,60 +208,6 @@ func responsesEmptyTextRaw(c string) bool {
 				text, _ := memberOf(p, "text")
 				refusal, _ := memberOf(p, "refusal")
 				if jsonString(text) != "" || jsonString(refusal) != "" {
-					empty = false
-				}
-			default:
-				empty = false
-			}
-			return empty
-		})
-		return empty
-	}
-	return true
-}
-
-// walkResponsesItems is WalkMessages through gjson, for any input.
-func walkResponsesItems(messages []byte, fn func(Message) bool) error {
-	arr := gjson.Parse(str(messages))
-	if !arr.IsArray() {
-		return fmt.Errorf("walk input: %w", ErrNoMessages)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	i := 0
-	arr.ForEach(func(_, it gjson.Result) bool {
-		calls, results = calls[:0], results[:0]
-		typ, kind := respItemType(it)
-		msg := Message{Index: i, Raw: rawSlice(messages, it), Role: typ, EmptyText: true}
-		switch kind {
-		case kindMessage:
-			msg.Role = knownRole(it.Get("role"))
-			msg.EmptyText = responsesEmptyText(it.Get("content"))
-		case kindCall:
-			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
-		case kindResult:
-			results = append(results, ToolResult{CallID: it.Get("call_id").String()})
-		}
-		msg.Calls, msg.Results = calls, results
-		i++
-		return fn(msg)
-	})
-	return nil
-}
-
-// responsesEmptyText reports whether a message content holds no non-empty
-// text: null, "", absent, or parts none of which has a non-empty text or
-// refusal (input_image/input_file parts count as non-empty).
-func responsesEmptyText(c gjson.Result) bool {
-	switch {
-	case c.Type == gjson.String:
-		return c.Raw == `""`
-	case c.IsArray():
-		empty := true
-		c.ForEach(func(_, p gjson.Result) bool {
-			switch p.Get("type").String() {
-			case "output_text", "input_text", "text", "", "refusal":
-				if p.Get("text").String() != "" || p.Get("refusal").String() != "" {
 					empty = false
 				}
 			default:
