@@ -250,7 +250,7 @@ func BenchmarkOpenStreamMemory(b *testing.B) {
 
 // heldStreamUpstream answers every request with one SSE event and then
 // holds the stream until release.
-func heldStreamUpstream(b *testing.B) (string, func()) {
+func heldStreamUpstream(b testing.TB) (string, func()) {
 	b.Helper()
 	held := make(chan struct{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

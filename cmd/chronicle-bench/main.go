@@ -118,6 +118,11 @@ type Row struct {
 	CPURounds    []float64 `json:"cpu_s_per_1k_rounds,omitempty"`
 	StoreCPU1k   float64   `json:"store_cpu_s_per_1k,omitempty"`
 	PeakRSSKB    int64     `json:"peak_rss_kb"`
+	// PairBusy is the share of the whole machine's CPU that was busy
+	// during the paired phase: near 1, the added latency is mostly the
+	// wait for a core that the client, the mock, the store and the proxy
+	// share.
+	PairBusy float64 `json:"paired_machine_busy,omitempty"`
 }
 
 // Report is everything one run measured.
@@ -128,6 +133,7 @@ type Report struct {
 	Lost     []*LostCheck    `json:"lost"`
 	Streams  []*StreamsCheck `json:"streams"`
 	HOL      []*HOLCheck     `json:"head_of_line"`
+	Goals    []Goal          `json:"goals"`
 	Notes    []string        `json:"notes"`
 	Failed   bool            `json:"failed"`
 }
@@ -189,6 +195,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	bench(s, targets, rep, logf)
 
 	rep.Failed = failed(rep)
+	rep.Goals = evaluateGoals(rep)
 	if s.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -544,7 +551,11 @@ func (c *cellRun) finish(cl, direct *client) (*Row, map[string]int) {
 		if w.open {
 			pl.rate = s.Rate
 		}
+		b0, t0, ok0 := machineTicks()
 		paired := pl.run()
+		if b1, t1, ok1 := machineTicks(); ok0 && ok1 {
+			row.PairBusy = busyShare(b0, t0, b1, t1)
+		}
 		row.Pairs = len(paired.pairs)
 		row.Added = addedDist(paired.pairs)
 		row.AddedTTFE = addedDist(paired.ttfe)

@@ -174,6 +174,10 @@ func printReport(w io.Writer, r *Report) {
 			}
 		}
 	}
+	if len(r.Goals) > 0 {
+		fmt.Fprintln(w, "\ngoals (a goal missed does not fail the run)")
+		printGoals(w, r.Goals)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

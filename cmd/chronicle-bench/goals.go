@@ -1,0 +1,215 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Goal is one of the performance targets chronicle is held to (issue 11's
+// "done when"), as this run measured it.
+type Goal struct {
+	Name     string `json:"name"`
+	Target   string `json:"target"`
+	Measured string `json:"measured"`
+	// Met is "yes", "no", or "-" when the run did not measure it (a
+	// target or workload left out, or a baseline missing).
+	Met  string `json:"met"`
+	Note string `json:"note,omitempty"`
+}
+
+// Goal limits.
+const (
+	passCPULimit   = 0.8 // chronicle-pass CPU per request over go-httputil's, replace
+	redisCPULimit  = 1.3 // chronicle-redis CPU per request over go-httputil's, replace
+	addedP50Limit  = 500 * time.Microsecond
+	addedP99Limit  = 2 * time.Millisecond
+	scalingLimit   = 1.5 // persistence CPU per request, long threads over short
+	streamKBLimit  = 64.0
+	holExcessLimit = 5 * time.Millisecond
+)
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}
+
+// evaluateGoals judges the report against the goals. It neither fails
+// the run nor changes it: a goal missed is a measurement, not an error.
+func evaluateGoals(r *Report) []Goal {
+	rows := map[string]*Row{} // workload/target
+	for _, row := range r.Rows {
+		rows[row.Workload+"/"+row.Target] = row
+	}
+	var out []Goal
+
+	cpuRatio := func(name, target string, limit float64) {
+		g := Goal{Name: name, Target: fmt.Sprintf("CPU per request ≤ %.1f× go-httputil's (replace, %s)", limit, target), Met: "-"}
+		c, h := rows["replace/"+target], rows["replace/go-httputil"]
+		if c != nil && h != nil && h.CPUPer1k > 0 && c.CPUPer1k > 0 {
+			ratio := c.CPUPer1k / h.CPUPer1k
+			g.Measured = fmt.Sprintf("%.2f× (%s against %s s per 1,000)", ratio, fmtCPU(c.CPUPer1k), fmtCPU(h.CPUPer1k))
+			g.Met = yesNo(ratio <= limit)
+		}
+		out = append(out, g)
+	}
+	cpuRatio("pass-through CPU", "chronicle-pass", passCPULimit)
+	cpuRatio("persisted CPU (Redis)", "chronicle-redis", redisCPULimit)
+
+	lat := Goal{Name: "added latency (Redis)", Met: "-",
+		Target: fmt.Sprintf("p50 < %s and p99 < %s over direct at %d connections (replace)", fmtDur(int64(addedP50Limit)), fmtDur(int64(addedP99Limit)), r.Settings.Concurrency)}
+	if c := rows["replace/chronicle-redis"]; c != nil && c.Added != nil && c.Added.N > 0 {
+		lat.Measured = "p50 " + fmtSigned(c.Added.P50) + ", p99 " + fmtSigned(c.Added.P99)
+		lat.Met = yesNo(c.Added.P50 < int64(addedP50Limit) && c.Added.P99 < int64(addedP99Limit))
+		var notes []string
+		if c.PairBusy > 0 {
+			notes = append(notes, fmt.Sprintf("machine %.0f%% busy during the paired phase", c.PairBusy*100))
+		}
+		if h := rows["replace/go-httputil"]; h != nil && h.Added != nil && h.Added.N > 0 {
+			notes = append(notes, "go-httputil adds p50 "+fmtSigned(h.Added.P50)+", p99 "+fmtSigned(h.Added.P99))
+		}
+		lat.Note = strings.Join(notes, "; ")
+	}
+	out = append(out, lat)
+
+	lost := Goal{Name: "nothing lost", Target: "every 2xx answer's turn stored", Met: "-"}
+	if len(r.Lost) > 0 {
+		answered, stored, bad, unverified := 0, 0, 0, 0
+		for _, l := range r.Lost {
+			if l.Unverified != "" {
+				unverified++
+				continue
+			}
+			answered += l.OK2xx
+			stored += l.Stored
+			if l.Failed() {
+				bad++
+			}
+		}
+		lost.Measured = fmt.Sprintf("%d stored of %d answered in %d phases", stored, answered, len(r.Lost)-unverified)
+		if len(r.Lost) > unverified {
+			lost.Met = yesNo(bad == 0)
+		}
+		if unverified > 0 {
+			lost.Note = strconv.Itoa(unverified) + " phases unverified"
+		}
+	}
+	out = append(out, lost)
+
+	scale := Goal{Name: "thread-length scaling (Redis)", Met: "-",
+		Target: fmt.Sprintf("persistence CPU per request at %d messages ≤ %.1f× at %d", r.Settings.ThreadLenBig, scalingLimit, r.Settings.ThreadLen)}
+	for _, w := range [][2]string{{"replace-paced", "replace-long-paced"}, {"replace", "replace-long"}} {
+		rs, rl := rows[w[0]+"/chronicle-redis"], rows[w[1]+"/chronicle-redis"]
+		ps, pl := rows[w[0]+"/chronicle-pass"], rows[w[1]+"/chronicle-pass"]
+		if rs == nil || rl == nil || ps == nil || pl == nil || rs.CPUPer1k <= ps.CPUPer1k {
+			continue
+		}
+		ratio := (rl.CPUPer1k - pl.CPUPer1k) / (rs.CPUPer1k - ps.CPUPer1k)
+		scale.Measured = fmt.Sprintf("%.2f× (%s, chronicle-redis minus chronicle-pass)", ratio, w[0])
+		scale.Met = yesNo(ratio <= scalingLimit)
+		break
+	}
+	out = append(out, scale)
+
+	streams := Goal{Name: "open streams (Redis)", Met: "-",
+		Target: fmt.Sprintf("every stream in order, RSS < %.0f KiB per open stream", streamKBLimit)}
+	for _, sc := range r.Streams {
+		if sc.Target != "chronicle-redis" {
+			continue
+		}
+		streams.Measured = fmt.Sprintf("%.1f KiB per stream, %d of %d streams whole", sc.KBPerStream, sc.OK, sc.Streams)
+		streams.Met = yesNo(sc.OK == sc.Streams && sc.KBPerStream < streamKBLimit)
+	}
+	out = append(out, streams)
+
+	hol := Goal{Name: "head-of-line", Met: "-",
+		Target: fmt.Sprintf("small streams beside a big request: p99 first event and event gap ≤ direct's + %s", fmtDur(int64(holExcessLimit)))}
+	var direct *HOLCheck
+	for _, h := range r.HOL {
+		if h.Target == "direct" {
+			direct = h
+		}
+	}
+	if direct != nil {
+		var worst int64
+		worstAt := ""
+		for _, h := range r.HOL {
+			if !strings.HasPrefix(h.Target, "chronicle-") {
+				continue
+			}
+			for _, d := range []struct {
+				what string
+				v    int64
+			}{{"first event", h.WithTTFE99 - direct.WithTTFE99}, {"gap", h.WithGapP99 - direct.WithGapP99}} {
+				if worstAt == "" || d.v > worst {
+					worst, worstAt = d.v, h.Target+" "+d.what
+				}
+			}
+		}
+		if worstAt != "" {
+			hol.Measured = "worst " + fmtSigned(worst) + " (" + worstAt + ")"
+			hol.Met = yesNo(worst <= int64(holExcessLimit))
+		}
+	}
+	out = append(out, hol)
+	return out
+}
+
+// machineTicks reads the busy and total clock ticks of all CPUs from
+// /proc/stat (idle and iowait are not busy); ok is false where there is
+// none.
+func machineTicks() (busy, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, s := range f[1:] {
+		if i >= 8 { // guest and guest_nice are already in user and nice
+			break
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total, true
+}
+
+// busyShare is the share of the machine's CPU time that was busy between
+// two machineTicks readings; 0 when unknown.
+func busyShare(b0, t0, b1, t1 uint64) float64 {
+	if t1 <= t0 || b1 < b0 {
+		return 0
+	}
+	return float64(b1-b0) / float64(t1-t0)
+}
+
+// printGoals renders the goals table.
+func printGoals(w io.Writer, goals []Goal) {
+	var rows [][]string
+	for _, g := range goals {
+		m := g.Measured
+		if m == "" {
+			m = "not measured"
+		}
+		if g.Note != "" {
+			m += " [" + g.Note + "]"
+		}
+		rows = append(rows, []string{g.Name, g.Met, m, g.Target})
+	}
+	renderTable(w, []string{"goal", "met", "measured", "target"}, rows, 4)
+}
