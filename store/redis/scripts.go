@@ -17,13 +17,17 @@ end
 -- when a follower asked for it (the run field 'fol', set by
 -- followScript before the follower blocks on the log), so a turn that was
 -- not streamed creates no stream key.
-local function endlog(run, ret)
-  local m = redis.call('HMGET', p .. 'run:' .. run, 'ev', 'fol')
-  local n = m[1] or '0'
-  if n == '0' and not m[2] then return end
+-- endlogof is endlog given the run's fields ev and fol, read already.
+local function endlogof(run, ret, ev, fol)
+  local n = ev or '0'
+  if n == '0' and not fol then return end
   local ek = p .. 'ev:' .. run
   redis.call('XADD', ek, n .. '-1', 'e', '1')
   redis.call('PEXPIRE', ek, ret)
+end
+local function endlog(run, ret)
+  local m = redis.call('HMGET', p .. 'run:' .. run, 'ev', 'fol')
+  endlogof(run, ret, m[1], m[2])
 end
 local function lost(run, now, ret)
   local rk = p .. 'run:' .. run
@@ -36,11 +40,22 @@ local function lost(run, now, ret)
   endlog(run, ret)
   return true
 end
+-- metaof reads, in one HMGET, the meta fields that a transcript write
+-- and a finish decide on (the lease, the system's sum, the write count and
+-- times, the legacy 'sys' field); they write what they change with one
+-- HSET at the end (the accumulated 'set'), so none is read twice.
+local function metaof()
+  local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'syssum', 'created', 'updated', 'nruns', 'v', 'sys')
+  return {run = m[1], tok = m[2], syssum = m[3], created = m[4], updated = m[5], nruns = m[6], v = m[7], oldsys = m[8] ~= false}
+end
+-- checktr returns the stored message count when a write that keeps the
+-- first keep messages (the last of which hashes to keephash) fits the
+-- stored transcript, false when it does not.
 local function checktr(keep, keephash)
   local n = redis.call('LLEN', p .. 'msgs')
   if keep > n then return false end
   if keep > 0 and redis.call('GETRANGE', p .. 'hashes', (keep - 1) * 16, keep * 16 - 1) ~= keephash then return false end
-  return true
+  return n
 end
 -- A large message is not a script argument: a transcript write passes
 -- '\0' .. name for it, and the message waits in the key p .. 'stage:' ..
@@ -77,23 +92,23 @@ end
 -- sysready checks a write's system before anything is written: 'needsys'
 -- when a '3' write's sum is not the stored one (the writer then sends the
 -- blob), 'conflict' when a staged blob is missing.
-local function sysready(hassys, syssum, sys)
-  if hassys == '3' and (redis.call('HGET', meta, 'syssum') ~= syssum or redis.call('HEXISTS', meta, 'sys') == 1) then
+local function sysready(mt, hassys, syssum, sys)
+  if hassys == '3' and (mt.syssum ~= syssum or mt.oldsys) then
     return 'needsys'
   end
   if hassys == '2' and redis.call('EXISTS', p .. 'stage:' .. sys) == 0 then return 'conflict' end
   return nil
 end
--- writetr applies a checked transcript (checktr, staged, sysready); a
--- write that is already applied (a retry) changes nothing.
-local function writetr(keep, hashblob, hassys, syssum, sys, conn, fmt, model, msgs, now)
+-- writetr applies a checked transcript (checktr, which gave n, staged,
+-- sysready) to the thread whose meta mt holds; a write that is already
+-- applied (a retry) changes nothing. The meta fields it changes go to set
+-- (field, value, …), for the caller's HSET. It returns the thread's
+-- 'updated' after the write.
+local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, model, msgs, now, set)
   local mk, hk = p .. 'msgs', p .. 'hashes'
-  local n = redis.call('LLEN', mk)
-  local cur = redis.call('HMGET', meta, 'syssum', 'created')
-  local oldsys = redis.call('HEXISTS', meta, 'sys') == 1
-  local syssame = not oldsys and ((hassys == '0' and not cur[1]) or (hassys ~= '0' and cur[1] == syssum))
-  local same = syssame and cur[2] and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
-  local set = {}
+  local oldsys = mt.oldsys
+  local syssame = not oldsys and ((hassys == '0' and not mt.syssum) or (hassys ~= '0' and mt.syssum == syssum))
+  local same = syssame and mt.created and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
   if not same then
     if keep < n then
       dropblobs(keep)
@@ -132,14 +147,15 @@ local function writetr(keep, hashblob, hassys, syssum, sys, conn, fmt, model, ms
       end
       if oldsys then redis.call('HDEL', meta, 'sys') end
     end
-    redis.call('HINCRBY', meta, 'v', 1)
-    if not cur[2] then set[#set + 1] = 'created'; set[#set + 1] = now end
+    set[#set + 1] = 'v'; set[#set + 1] = string.format('%d', (tonumber(mt.v) or 0) + 1)
+    if not mt.created then set[#set + 1] = 'created'; set[#set + 1] = now end
     set[#set + 1] = 'updated'; set[#set + 1] = now
   end
   if conn ~= '' then set[#set + 1] = 'conn'; set[#set + 1] = conn end
   if fmt ~= '' then set[#set + 1] = 'fmt'; set[#set + 1] = fmt end
   if model ~= '' then set[#set + 1] = 'model'; set[#set + 1] = model end
-  if #set > 0 then redis.call('HSET', meta, unpack(set)) end
+  if same then return mt.updated end
+  return now
 end
 `
 
@@ -163,9 +179,13 @@ end
 // the claim and the sweeper entry as commands of their own.
 var startScript = redis.NewScript(prelude + `
 local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
-local function thread(out)
+-- thread adds the thread to a reply when it is to be loaded; f is its
+-- meta fields when the caller read them already (start reads them with
+-- the lease's).
+local tf = {'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys'}
+local function thread(out, f)
   if ARGV[8] ~= '0' then
-    local f = redis.call('HMGET', meta, 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys')
+    f = f or redis.call('HMGET', meta, unpack(tf))
     if ARGV[8] == '1' then
       f[7] = redis.call('GET', p .. 'sys') or f[7]
     else
@@ -197,7 +217,11 @@ local function start()
     end
     return thread({'exists', r, redis.call('HGETALL', p .. 'intr')})
   end
-  local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns')
+  local mf = {'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns'}
+  if ARGV[8] ~= '0' then
+    for _, f in ipairs(tf) do mf[#mf + 1] = f end
+  end
+  local m = redis.call('HMGET', meta, unpack(mf))
   local lostrun = ''
   if m[1] then
     if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
@@ -212,7 +236,8 @@ local function start()
   redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
   redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0)
   redis.call('ZADD', p .. 'runs', n, run)
-  return thread({'ok', tok, lostrun, prevlast})
+  -- Starting a run changes none of the thread's own fields.
+  return thread({'ok', tok, lostrun, prevlast}, {m[8], m[9], m[10], m[11], m[12], m[13], m[14]})
 end
 if not KEYS[2] then return start() end
 local runids, active, thr = KEYS[2], KEYS[3], ARGV[10]
@@ -278,12 +303,16 @@ local keep = tonumber(ARGV[4])
 local msgs = {}
 for j = 13, #ARGV do msgs[#msgs + 1] = ARGV[j] end
 local function save()
-  if fenced(ARGV[1], ARGV[2]) then return {'fenced'} end
-  if not checktr(keep, ARGV[5]) or not staged(msgs) then return {'conflict'} end
-  local sr = sysready(ARGV[7], ARGV[8], ARGV[9])
+  local mt = metaof()
+  if mt.run ~= ARGV[1] or mt.tok ~= ARGV[2] then return {'fenced'} end
+  local n = checktr(keep, ARGV[5])
+  if not n or not staged(msgs) then return {'conflict'} end
+  local sr = sysready(mt, ARGV[7], ARGV[8], ARGV[9])
   if sr then return {sr} end
-  writetr(keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], msgs, ARGV[3])
-  return {'ok', redis.call('HGET', meta, 'updated')}
+  local set = {}
+  local updated = writetr(mt, n, keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], msgs, ARGV[3], set)
+  if #set > 0 then redis.call('HSET', meta, unpack(set)) end
+  return {'ok', updated}
 end
 local r = save()
 dropstages(msgs)
@@ -351,14 +380,15 @@ for j = i + 1, #ARGV do msgs[#msgs + 1] = ARGV[j] end
 
 local function finish()
   local rk = p .. 'run:' .. run
-  local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n')
+  local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n', 'ev', 'fol')
   if not st[1] then return {'notfound'} end
   if st[1] ~= 'running' then
     if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'} end
     if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''} end
     return {'illegal', st[1]}
   end
-  if fenced(run, tok) then return {'fenced'} end
+  local mt = metaof()
+  if mt.run ~= run or mt.tok ~= tok then return {'fenced'} end
   local prk
   if resumes ~= '' then
     prk = p .. 'run:' .. resumes
@@ -369,11 +399,16 @@ local function finish()
   for _, b in ipairs({{respf, resp}, {upf, up}}) do
     if b[1] == '2' and redis.call('EXISTS', p .. 'stage:' .. b[2]) == 0 then return {'conflict'} end
   end
+  -- Meta fields to set, in one HSET at the end (a field set twice takes
+  -- its last value).
+  local mset = {}
+  local updated = mt.updated or ''
   if trf == '1' then
-    if not checktr(keep, keephash) or not staged(msgs) then return {'conflict'} end
-    local sr = sysready(hassys, syssum, sys)
+    local n = checktr(keep, keephash)
+    if not n or not staged(msgs) then return {'conflict'} end
+    local sr = sysready(mt, hassys, syssum, sys)
     if sr then return {sr} end
-    writetr(keep, hashblob, hassys, syssum, sys, conn, fmt, tmodel, msgs, now)
+    updated = writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, tmodel, msgs, now, mset)
   end
   -- The run is running, so no finish has written its fields before.
   local rset = {'st', status, 'reason', reason, 'fin', now}
@@ -419,14 +454,13 @@ local function finish()
   end
   if prk then redis.call('HSET', prk, 'rby', run) end
   redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
-  local mm = redis.call('HMGET', meta, 'nruns', 'created', 'updated')
-  local mset = {}
   if model ~= '' then mset[#mset + 1] = 'model'; mset[#mset + 1] = model end
-  if mm[1] == st[4] then mset[#mset + 1] = 'last'; mset[#mset + 1] = status end
-  local updated = mm[3] or ''
-  if mm[2] then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
+  if mt.nruns == st[4] then mset[#mset + 1] = 'last'; mset[#mset + 1] = status end
+  -- A thread that was ever written (created, now or before) records the
+  -- finish's time.
+  if mt.created or trf == '1' then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
   if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
-  endlog(run, ret)
+  endlogof(run, ret, st[5], st[6])
   return {'ok', updated}
 end
 local r = finish()

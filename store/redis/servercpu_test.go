@@ -63,6 +63,9 @@ func BenchmarkServerCPU(b *testing.B) {
 		msgs, hashes := storetest.Msgs(0, tc.length)
 		digest := store.Digest(hashes)
 		stream, n := tc.stream, tc.length
+		if tc.name == "Chat" {
+			b.Run("Growing", func(b *testing.B) { benchGrowingTurns(b, resp, sess) })
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			srv := redistest.Start(b)
 			cl := srv.Client(b)
@@ -103,6 +106,57 @@ func BenchmarkServerCPU(b *testing.B) {
 			runTurns(b, cl, turn)
 		})
 	}
+}
+
+// benchGrowingTurns is BenchmarkServerCPU's replace turn on a thread
+// that grows as a conversation does: each turn starts with the digest of
+// what the caller last wrote, and its finish adds the user's message and
+// the answer to the 21 it starts with (/Chat finishes with the same
+// transcript, the cheapest write).
+func benchGrowingTurns(b *testing.B, resp []byte, sess string) {
+	srv := redistest.Start(b)
+	cl := srv.Client(b)
+	ctx := context.Background()
+	s, err := redisstore.Open(ctx, redisstore.Options{URL: srv.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	type thread struct {
+		msgs   [][]byte
+		hashes []store.Hash
+	}
+	var mu sync.Mutex
+	threads := map[string]*thread{}
+	runTurns(b, cl, func(k store.Key, run string) error {
+		mu.Lock()
+		th := threads[k.Thread]
+		if th == nil {
+			th = &thread{}
+			th.msgs, th.hashes = storetest.Msgs(0, 21)
+			threads[k.Thread] = th
+		}
+		mu.Unlock()
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: 30 * time.Second, Fingerprint: "fp", Model: "m",
+			LoadThread: true, KnownDigest: store.Digest(th.hashes), NoSystem: true})
+		if err != nil {
+			return err
+		}
+		stored := st.Thread.Hashes
+		if st.Unchanged {
+			stored = th.hashes
+		}
+		add, addHashes := storetest.Msgs(len(th.msgs), 2)
+		msgs, hashes := append(th.msgs, add...), append(th.hashes, addHashes...)
+		tr := store.Diff(stored, msgs, hashes)
+		f := store.Finish{Status: store.Completed, Model: "m", SessionID: &sess, Usage: &store.Usage{InputTokens: 10, OutputTokens: 20},
+			Response: resp, Transcript: &tr}
+		if err := s.Finish(ctx, st.Lease, &f); err != nil {
+			return err
+		}
+		th.msgs, th.hashes = msgs, hashes
+		return nil
+	})
 }
 
 // runTurns runs b.N turns from 32 callers, each on a thread of its own,
