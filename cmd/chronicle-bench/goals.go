@@ -61,21 +61,31 @@ func evaluateGoals(r *Report) []Goal {
 	cpuRatio("pass-through CPU", "chronicle-pass", passCPULimit)
 	cpuRatio("persisted CPU (Redis)", "chronicle-redis", redisCPULimit)
 
-	lat := Goal{Name: "added latency (Redis)", Met: "-",
-		Target: fmt.Sprintf("p50 < %s and p99 < %s over direct at %d connections (replace)", fmtDur(int64(addedP50Limit)), fmtDur(int64(addedP99Limit)), r.Settings.Concurrency)}
-	if c := rows["replace/chronicle-redis"]; c != nil && c.Added != nil && c.Added.N > 0 {
-		lat.Measured = "p50 " + fmtSigned(c.Added.P50) + ", p99 " + fmtSigned(c.Added.P99)
-		lat.Met = yesNo(c.Added.P50 < int64(addedP50Limit) && c.Added.P99 < int64(addedP99Limit))
+	added := func(name, workload, at string) {
+		g := Goal{Name: name, Met: "-",
+			Target: fmt.Sprintf("p50 < %s and p99 < %s over direct at %s (%s)", fmtDur(int64(addedP50Limit)), fmtDur(int64(addedP99Limit)), at, workload)}
+		c := rows[workload+"/chronicle-redis"]
+		if c == nil || c.Added == nil || c.Added.N == 0 {
+			out = append(out, g)
+			return
+		}
+		g.Measured = "p50 " + fmtSigned(c.Added.P50) + ", p99 " + fmtSigned(c.Added.P99)
+		g.Met = yesNo(c.Added.P50 < int64(addedP50Limit) && c.Added.P99 < int64(addedP99Limit))
 		var notes []string
 		if c.PairBusy > 0 {
 			notes = append(notes, fmt.Sprintf("machine %.0f%% busy during the paired phase", c.PairBusy*100))
 		}
-		if h := rows["replace/go-httputil"]; h != nil && h.Added != nil && h.Added.N > 0 {
+		if h := rows[workload+"/go-httputil"]; h != nil && h.Added != nil && h.Added.N > 0 {
 			notes = append(notes, "go-httputil adds p50 "+fmtSigned(h.Added.P50)+", p99 "+fmtSigned(h.Added.P99))
 		}
-		lat.Note = strings.Join(notes, "; ")
+		g.Note = strings.Join(notes, "; ")
+		out = append(out, g)
 	}
-	out = append(out, lat)
+	added("added latency (Redis)", "replace", fmt.Sprintf("%d connections", r.Settings.Concurrency))
+	// Not one of issue 11's goals but held to the same limits: at a load
+	// the machine can carry, the latency a turn adds apart from the
+	// closed loop's queueing for the cores.
+	added("added latency at one load (Redis)", "replace-paced", fmt.Sprintf("%d connections sending %.0f requests/s together", r.Settings.Concurrency, r.Settings.ScalingRate))
 
 	lost := Goal{Name: "nothing lost", Target: "every 2xx answer's turn stored", Met: "-"}
 	if len(r.Lost) > 0 {

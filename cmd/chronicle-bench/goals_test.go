@@ -11,13 +11,13 @@ import (
 func goalReport() *Report {
 	ms := func(f float64) int64 { return int64(f * float64(time.Millisecond)) }
 	return &Report{
-		Settings: &settings{Concurrency: 32, ThreadLen: 20, ThreadLenBig: 200},
+		Settings: &settings{Concurrency: 32, ThreadLen: 20, ThreadLenBig: 200, ScalingRate: 1000},
 		Rows: []*Row{
 			{Workload: "replace", Target: "go-httputil", CPUPer1k: 0.100, Added: &Dist{N: 10, P50: ms(1.0), P99: ms(5)}},
 			{Workload: "replace", Target: "chronicle-pass", CPUPer1k: 0.050},
 			{Workload: "replace", Target: "chronicle-redis", CPUPer1k: 0.120, Added: &Dist{N: 10, P50: ms(0.4), P99: ms(1.5)}, PairBusy: 0.97},
 			{Workload: "replace-paced", Target: "chronicle-pass", CPUPer1k: 0.100},
-			{Workload: "replace-paced", Target: "chronicle-redis", CPUPer1k: 0.300},
+			{Workload: "replace-paced", Target: "chronicle-redis", CPUPer1k: 0.300, Added: &Dist{N: 10, P50: ms(0.3), P99: ms(1.2)}, PairBusy: 0.55},
 			{Workload: "replace-long-paced", Target: "chronicle-pass", CPUPer1k: 0.200},
 			{Workload: "replace-long-paced", Target: "chronicle-redis", CPUPer1k: 0.440},
 		},
@@ -57,6 +57,9 @@ func TestEvaluateGoals(t *testing.T) {
 		{"no baseline", func(r *Report) { r.Rows = r.Rows[1:] }, "persisted CPU (Redis)", "-", ""},
 		{"latency met", nil, "added latency (Redis)", "yes", "p50 +400µs"},
 		{"latency p99 over", func(r *Report) { r.Rows[2].Added.P99 = int64(2 * time.Millisecond) }, "added latency (Redis)", "no", "p99 +2.00ms"},
+		{"latency at one load met", nil, "added latency at one load (Redis)", "yes", "p99 +1.20ms"},
+		{"latency at one load over", func(r *Report) { r.Rows[4].Added.P50 = int64(600 * time.Microsecond) }, "added latency at one load (Redis)", "no", "p50 +600µs"},
+		{"latency at one load unpaired", func(r *Report) { r.Rows[4].Added = nil }, "added latency at one load (Redis)", "-", ""},
 		{"nothing lost", nil, "nothing lost", "yes", "100 stored of 100"},
 		{"a turn lost", func(r *Report) { r.Lost[0].Stored = 99 }, "nothing lost", "no", "99 stored of 100"},
 		{"lost unverified", func(r *Report) { r.Lost[0].Unverified = "no API" }, "nothing lost", "-", ""},
@@ -94,7 +97,7 @@ func TestPrintGoals(t *testing.T) {
 	var b bytes.Buffer
 	printGoals(&b, evaluateGoals(r))
 	out := b.String()
-	for _, want := range []string{"not measured", "machine 97% busy during the paired phase", "open streams (Redis)"} {
+	for _, want := range []string{"not measured", "machine 97% busy during the paired phase", "at 32 connections sending 1000 requests/s together (replace-paced)", "open streams (Redis)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("goals table lacks %q:\n%s", want, out)
 		}

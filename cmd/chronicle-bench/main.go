@@ -341,7 +341,10 @@ func workloads(s *settings) []*workload {
 		// saturates: at full load the longer bodies run slower through the
 		// mock, and a proxy's fixed costs per wake-up spread over fewer
 		// requests, which is not work that grows with the thread.
-		add(&workload{name: "replace-paced", threads: true, noPair: true, pace: s.ScalingRate,
+		// replace-paced is also paired: the latency a turn adds at one
+		// load, apart from the queueing of a closed loop that saturates
+		// the machine.
+		add(&workload{name: "replace-paced", threads: true, pace: s.ScalingRate,
 			sp: &spec{path: path, body: chatBody(history(s.ThreadLen), false), headers: mockHeaders(s.Chunks, 0)}})
 		add(&workload{name: "replace-long-paced", threads: true, noPair: true, pace: s.ScalingRate,
 			sp: &spec{path: path, body: chatBody(history(s.ThreadLenBig), false), headers: mockHeaders(s.Chunks, 0)}})
@@ -547,7 +550,7 @@ func (c *cellRun) finish(cl, direct *client) (*Row, map[string]int) {
 		row.TTFE = &d
 	}
 	if t.Name != "direct" && !w.noPair {
-		pl := &load{proxied: cl, direct: direct, sp: w.sp, tid: c.tids("pair"), conc: s.Concurrency, dur: s.Duration, maxReq: s.Requests}
+		pl := &load{proxied: cl, direct: direct, sp: w.sp, tid: c.tids("pair"), conc: s.Concurrency, dur: s.Duration, maxReq: s.Requests, pace: w.pace}
 		if w.open {
 			pl.rate = s.Rate
 		}
