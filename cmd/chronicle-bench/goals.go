@@ -85,7 +85,11 @@ func evaluateGoals(r *Report) []Goal {
 	// Not one of issue 11's goals but held to the same limits: at a load
 	// the machine can carry, the latency a turn adds apart from the
 	// closed loop's queueing for the cores.
-	added("added latency at one load (Redis)", "replace-paced", fmt.Sprintf("%d connections sending %.0f requests/s together", r.Settings.Concurrency, r.Settings.ScalingRate))
+	at := "--scaling-rate requests/s"
+	if r.Settings.ScalingRate > 0 {
+		at = fmt.Sprintf("%.0f requests/s", r.Settings.ScalingRate)
+	}
+	added("added latency at one load (Redis)", "replace-paced", fmt.Sprintf("%d connections sending %s together", r.Settings.Concurrency, at))
 
 	lost := Goal{Name: "nothing lost", Target: "every 2xx answer's turn stored", Met: "-"}
 	if len(r.Lost) > 0 {
@@ -101,18 +105,22 @@ func evaluateGoals(r *Report) []Goal {
 				bad++
 			}
 		}
-		lost.Measured = fmt.Sprintf("%d stored of %d answered in %d phases", stored, answered, len(r.Lost)-unverified)
+		lost.Measured = fmt.Sprintf("%d stored of %d answered in %s", stored, answered, plural(len(r.Lost)-unverified, "phase"))
 		if len(r.Lost) > unverified {
 			lost.Met = yesNo(bad == 0)
 		}
 		if unverified > 0 {
-			lost.Note = strconv.Itoa(unverified) + " phases unverified"
+			lost.Note = plural(unverified, "phase") + " unverified"
 		}
 	}
 	out = append(out, lost)
 
+	long := "--thread-len-long"
+	if r.Settings.ThreadLenBig > 0 {
+		long = strconv.Itoa(r.Settings.ThreadLenBig)
+	}
 	scale := Goal{Name: "thread-length scaling (Redis)", Met: "-",
-		Target: fmt.Sprintf("persistence CPU per request at %d messages ≤ %.1f× at %d", r.Settings.ThreadLenBig, scalingLimit, r.Settings.ThreadLen)}
+		Target: fmt.Sprintf("persistence CPU per request at %s messages ≤ %.1f× at %d", long, scalingLimit, r.Settings.ThreadLen)}
 	for _, w := range [][2]string{{"replace-paced", "replace-long-paced"}, {"replace", "replace-long"}} {
 		rs, rl := rows[w[0]+"/chronicle-redis"], rows[w[1]+"/chronicle-redis"]
 		ps, pl := rows[w[0]+"/chronicle-pass"], rows[w[1]+"/chronicle-pass"]
@@ -222,4 +230,12 @@ func printGoals(w io.Writer, goals []Goal) {
 		rows = append(rows, []string{g.Name, g.Met, m, g.Target})
 	}
 	renderTable(w, []string{"goal", "met", "measured", "target"}, rows, 4)
+}
+
+// plural counts n things: "1 phase", "14 phases".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
 }

@@ -60,7 +60,10 @@ func TestEvaluateGoals(t *testing.T) {
 		{"latency at one load met", nil, "added latency at one load (Redis)", "yes", "p99 +1.20ms"},
 		{"latency at one load over", func(r *Report) { r.Rows[4].Added.P50 = int64(600 * time.Microsecond) }, "added latency at one load (Redis)", "no", "p50 +600µs"},
 		{"latency at one load unpaired", func(r *Report) { r.Rows[4].Added = nil }, "added latency at one load (Redis)", "-", ""},
-		{"nothing lost", nil, "nothing lost", "yes", "100 stored of 100"},
+		{"nothing lost", nil, "nothing lost", "yes", "100 stored of 100 answered in 1 phase"},
+		{"nothing lost in two phases", func(r *Report) {
+			r.Lost = append(r.Lost, &LostCheck{Target: "chronicle-redis", Workload: "append", OK2xx: 50, Stored: 50})
+		}, "nothing lost", "yes", "150 stored of 150 answered in 2 phases"},
 		{"a turn lost", func(r *Report) { r.Lost[0].Stored = 99 }, "nothing lost", "no", "99 stored of 100"},
 		{"lost unverified", func(r *Report) { r.Lost[0].Unverified = "no API" }, "nothing lost", "-", ""},
 		// (0.44-0.20)/(0.30-0.10) = 1.2
@@ -101,6 +104,30 @@ func TestPrintGoals(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("goals table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A phase the flags skipped leaves its goal unmeasured, and its target
+// names the flag, not a setting of 0.
+func TestGoalTargetsOfSkippedPhases(t *testing.T) {
+	r := goalReport()
+	r.Settings.ScalingRate, r.Settings.ThreadLenBig = 0, 0
+	want := map[string]string{
+		"added latency at one load (Redis)": "sending --scaling-rate requests/s together",
+		"thread-length scaling (Redis)":     "at --thread-len-long messages",
+	}
+	for _, g := range evaluateGoals(r) {
+		w, ok := want[g.Name]
+		if !ok {
+			continue
+		}
+		delete(want, g.Name)
+		if !strings.Contains(g.Target, w) {
+			t.Errorf("%s: target %q, want it to contain %q", g.Name, g.Target, w)
+		}
+	}
+	for name := range want {
+		t.Errorf("no goal %q", name)
 	}
 }
 
