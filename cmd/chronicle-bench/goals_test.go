@@ -107,6 +107,32 @@ func TestPrintGoals(t *testing.T) {
 	}
 }
 
+// The head-of-line goal notes the go-httputil baseline's own excess over
+// direct's, so a reader tells the machine's share from chronicle's.
+func TestHOLNoteNamesBaseline(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(r *Report)
+		want   string
+	}{
+		{"baseline ran", nil, "go-httputil +20.0ms (first event)"},
+		{"baseline gap worse", func(r *Report) { r.HOL[1].WithGapP99 = int64(45 * time.Millisecond) }, "go-httputil +25.0ms (gap)"},
+		{"no baseline", func(r *Report) { r.HOL = append(r.HOL[:1], r.HOL[2:]...) }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := goalReport()
+			if tc.change != nil {
+				tc.change(r)
+			}
+			for _, g := range evaluateGoals(r) {
+				if g.Name == "head-of-line" && g.Note != tc.want {
+					t.Fatalf("head-of-line note %q, want %q", g.Note, tc.want)
+				}
+			}
+		})
+	}
+}
+
 // A phase the flags skipped leaves its goal unmeasured, and its target
 // names the flag, not a setting of 0.
 func TestGoalTargetsOfSkippedPhases(t *testing.T) {
