@@ -155,8 +155,8 @@ func evaluateGoals(r *Report) []Goal {
 	}
 	if direct != nil {
 		// worstOver is the largest excess over direct's p99s among the
-		// targets keep picks, and where it was.
-		worstOver := func(keep func(target string) bool) (worst int64, at string) {
+		// targets keep picks: by how much, on which target, and in what.
+		worstOver := func(keep func(target string) bool) (worst int64, target, what string) {
 			for _, h := range r.HOL {
 				if !keep(h.Target) {
 					continue
@@ -165,21 +165,20 @@ func evaluateGoals(r *Report) []Goal {
 					what string
 					v    int64
 				}{{"first event", h.WithTTFE99 - direct.WithTTFE99}, {"gap", h.WithGapP99 - direct.WithGapP99}} {
-					if at == "" || d.v > worst {
-						worst, at = d.v, h.Target+" "+d.what
+					if target == "" || d.v > worst {
+						worst, target, what = d.v, h.Target, d.what
 					}
 				}
 			}
-			return worst, at
+			return worst, target, what
 		}
-		worst, worstAt := worstOver(func(t string) bool { return strings.HasPrefix(t, "chronicle-") })
-		if worstAt != "" {
-			hol.Measured = "worst " + fmtSigned(worst) + " (" + worstAt + ")"
+		if worst, target, what := worstOver(func(t string) bool { return strings.HasPrefix(t, "chronicle-") }); target != "" {
+			hol.Measured = "worst " + fmtSigned(worst) + " (" + target + " " + what + ")"
 			hol.Met = yesNo(worst <= int64(holExcessLimit))
 			// A baseline's own excess tells the machine's share from
 			// chronicle's, as the latency goals' notes do.
-			if b, at := worstOver(func(t string) bool { return t == "go-httputil" }); at != "" {
-				hol.Note = "go-httputil " + fmtSigned(b) + " (" + strings.TrimPrefix(at, "go-httputil ") + ")"
+			if b, target, what := worstOver(func(t string) bool { return t == "go-httputil" }); target != "" {
+				hol.Note = "go-httputil " + fmtSigned(b) + " (" + what + ")"
 			}
 		}
 	}
