@@ -40,7 +40,10 @@ func (d upstreamDialer) dial(addr string, timeout time.Duration) (net.Conn, erro
 		done <- dialResult{conn, err}
 	}()
 	r := <-done
-	return r.conn, r.err
+	if r.err != nil {
+		return nil, r.err
+	}
+	return wrapUpstreamConn(r.conn), nil
 }
 
 func (d upstreamDialer) dialHere(addr string, timeout time.Duration) (net.Conn, error) {
@@ -70,4 +73,50 @@ func (d upstreamDialer) dialHere(addr string, timeout time.Duration) (net.Conn, 
 		return nil, err
 	}
 	return tc, nil
+}
+
+// upstreamConn is an upstream connection that can be found again from the
+// response read through it: its LocalAddr, which fasthttp keeps on the
+// Response (ParseNetConn), points back to it. The round trip uses this to
+// lift the read deadline timeouts.first_byte set once the response head is
+// in: fasthttp leaves a request's deadline on the connection while a
+// streamed body is read, so without this every stream was cut at
+// first_byte, counted from the request's start.
+type upstreamConn struct {
+	net.Conn
+	addr upstreamAddr
+}
+
+// upstreamAddr is an upstreamConn's local address.
+type upstreamAddr struct {
+	net.Addr
+	conn *upstreamConn
+}
+
+func wrapUpstreamConn(c net.Conn) *upstreamConn {
+	uc := &upstreamConn{Conn: c}
+	uc.addr = upstreamAddr{Addr: c.LocalAddr(), conn: uc}
+	return uc
+}
+
+func (c *upstreamConn) LocalAddr() net.Addr { return &c.addr }
+
+// Handshake keeps a TLS connection recognisable as one to fasthttp, which
+// leaves a conn with a Handshake method alone.
+func (c *upstreamConn) Handshake() error {
+	if h, ok := c.Conn.(interface{ Handshake() error }); ok {
+		return h.Handshake()
+	}
+	return nil
+}
+
+// setUpstreamReadDeadline sets the read deadline of the connection resp is
+// read through; it reports false when resp did not come through an
+// upstreamConn (it then keeps the deadline of its request).
+func setUpstreamReadDeadline(resp *fasthttp.Response, t time.Time) bool {
+	a, ok := resp.LocalAddr().(*upstreamAddr)
+	if !ok {
+		return false
+	}
+	return a.conn.SetReadDeadline(t) == nil
 }

@@ -258,9 +258,18 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 		o.errBody = body
 	}
 	o.retryAfter = limiter.ParseRetryAfter(string(ex.resp.Header.Peek("Retry-After")), time.Now())
-	if err := ex.end(o); err != nil {
-		// The answer still goes out (its tokens are spent), marked as
-		// not stored; the metric and the log say why.
+	if err := ex.end(o); err != nil && o.status < 300 {
+		// The turn is neither stored nor spooled. Under on_store_error:
+		// fail the client learns it from a 503 (the answer is not
+		// acknowledged); under pass the answer still goes out (its
+		// tokens are spent), marked as not stored.
+		if ex.up.cfg.OnStoreError != "pass" {
+			ex.s.metrics.countTurnRefused()
+			ex.release()
+			writeError(ctx, ex.ad, apiError{status: fasthttp.StatusServiceUnavailable, code: codeStoreUnavailable, retryAfter: 1,
+				message: "The upstream answered, but the conversation store could not keep the turn; it is not saved. Send the request again."})
+			return
+		}
 		ctx.Response.Header.Set("X-Persisted", "false")
 		ex.s.metrics.countUnpersisted()
 	}
@@ -287,6 +296,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
 			return err
 		}
+		ex.liftFirstByteDeadline()
 		status := ex.resp.StatusCode()
 		if !limiter.Retryable(status) {
 			return nil
@@ -318,6 +328,19 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		}
 		ex.req.Reset()
 	}
+}
+
+// liftFirstByteDeadline ends timeouts.first_byte's hold on the upstream
+// connection once the response head is in: fasthttp leaves the request's
+// deadline on the connection while the body is read. A stream's body is
+// then bounded by the relay's own clocks (idle, total); a sized body,
+// which follows its head at once, by timeouts.idle.
+func (ex *exchange) liftFirstByteDeadline() {
+	var until time.Time
+	if ex.resp.Header.ContentLength() >= 0 && !bytes.HasPrefix(ex.resp.Header.ContentType(), []byte("text/event-stream")) {
+		until = time.Now().Add(ex.up.cfg.Timeouts.Idle.D())
+	}
+	setUpstreamReadDeadline(ex.resp, until)
 }
 
 // endTurn records the run's end, once.
@@ -555,7 +578,11 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	if tee.clientGone && !ex.detach {
 		o.aborted, o.reason = true, "client_disconnected"
 	}
-	ex.end(o)
+	if ex.end(o) != nil && o.turn.Terminal && !o.aborted {
+		// A chunked answer reached the client whole before its end could
+		// be recorded (the closing bracket is not held back).
+		ex.s.metrics.countAckedNotStored()
+	}
 }
 
 // takeResult sets the final outcome's turn to the assembler's.
@@ -809,7 +836,13 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 		// sees it, so a client that sends its next turn as soon as it
 		// reads the end finds the thread free.
 		r.setLast()
-		ex.endTurn(&r.last)
+		if ex.endTurn(&r.last) != nil {
+			// The turn is neither stored nor spooled: the client must
+			// not read a clean end, so the provider's last event is
+			// replaced by an error event.
+			r.notStored()
+			return false
+		}
 	}
 	clientGone := false
 	if !drop {
@@ -837,6 +870,19 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 	return true
 }
 
+// notStored ends a stream whose turn could not be recorded at its last
+// event: an error event (store_unavailable) goes out where the provider's
+// last event would have, and nothing after it.
+//
+//go:noinline
+func (r *sseRelay) notStored() {
+	ex := r.ex
+	ex.s.metrics.countTurnRefused()
+	r.rc.write(ex.ad.StreamErrorEvent(fasthttp.StatusServiceUnavailable, codeStoreUnavailable,
+		"The answer arrived whole, but the conversation store could not keep it; it is not saved. Send the turn again."), false)
+	r.rc.stop(stopClientLeft) // ends the upstream request
+}
+
 // ended handles the error that ended the upstream read: a stop from
 // outside (a clock, a cancel, a client gone during a heartbeat), a broken
 // stream, or the stream's end.
@@ -844,10 +890,12 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 //go:noinline
 func (r *sseRelay) ended(err error) {
 	ex := r.ex
-	why := r.rc.reason()
-	if errors.Is(err, io.EOF) && ex.asm != nil && ex.asm.Result().Terminal {
-		why = stopNone // the answer was whole before the stop landed
+	if ex.asm != nil && ex.asm.Result().Terminal {
+		// The answer was whole (and its end recorded) before the stop or
+		// the error landed: nothing follows a terminal event.
+		return
 	}
+	why := r.rc.reason()
 	switch why {
 	case stopTimeout:
 		if r.dog.Fired() == limiter.IdleTimeout {
