@@ -30,6 +30,7 @@ const (
 	codeStreamTruncated    = "stream_truncated"
 	codeStreamIdleTimeout  = "idle_timeout"
 	codeStreamTotalTimeout = "total_timeout"
+	codeStoreUnavailable   = "store_unavailable"
 )
 
 // writeError answers the request with e in the caller's provider shape.

@@ -34,6 +34,8 @@ type serverMetrics struct {
 	unpersistedC prometheus.Counter
 	replayedC    prometheus.Counter
 
+	faults storeFaultMetrics
+
 	models sync.Map // connection → *modelSet
 
 	// Plain counts tests read without a scrape.
@@ -81,6 +83,7 @@ func newServerMetrics() *serverMetrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
+	m.registerStoreFaults()
 	return m
 }
 

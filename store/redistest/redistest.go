@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +33,10 @@ type Server struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	// bin, port and args start it again (Restart).
+	bin  string
+	port int
+	args []string
 }
 
 // URL is the server's redis:// URL for database 0.
@@ -95,7 +100,41 @@ func Start(t testing.TB, extraArgs ...string) *Server {
 }
 
 func start(t testing.TB, bin string, port int, extraArgs []string) (*Server, error) {
-	dir := t.TempDir()
+	return startIn(bin, t.TempDir(), port, extraArgs)
+}
+
+// Restart starts a killed server again on its port and in its directory,
+// with its arguments, so it loads what it persisted (an AOF, say), and
+// returns once it accepts connections. The port may have been taken in
+// the meantime; the test then fails.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	n, err := startIn(s.bin, s.Dir, s.port, s.args)
+	if err != nil {
+		t.Fatalf("redistest: restart redis-server: %v", err)
+	}
+	s.mu.Lock()
+	s.cmd, s.done = n.cmd, n.done
+	s.mu.Unlock()
+}
+
+// Pause stops the server with SIGSTOP: it holds its connections open and
+// answers nothing, as a Redis stuck on a slow disk or a long fork does.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+func startIn(bin, dir string, port int, extraArgs []string) (*Server, error) {
 	args := []string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -117,7 +156,8 @@ func start(t testing.TB, bin string, port int, extraArgs []string) (*Server, err
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, cmd: cmd, done: make(chan struct{})}
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, cmd: cmd, done: make(chan struct{}),
+		bin: bin, port: port, args: extraArgs}
 	ready := make(chan struct{})
 	var tail []string
 	var tailMu sync.Mutex

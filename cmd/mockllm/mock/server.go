@@ -70,6 +70,10 @@ type entry struct {
 type gate struct {
 	ch       chan struct{}
 	released bool
+	// waited counts the requests that blocked on the gate; arrived is
+	// closed and replaced whenever it grows.
+	waited  int
+	arrived chan struct{}
 }
 
 // Server is a running mock upstream. All methods are safe for concurrent use.
@@ -215,17 +219,40 @@ func (s *Server) Release(name string) {
 func (s *Server) gateLocked(name string) *gate {
 	g := s.gates[name]
 	if g == nil {
-		g = &gate{ch: make(chan struct{})}
+		g = &gate{ch: make(chan struct{}), arrived: make(chan struct{})}
 		s.gates[name] = g
 	}
 	return g
+}
+
+// WaitGated waits until n requests have reached the gate name (blocked on
+// it, or passed it once it was released), or ctx ends.
+func (s *Server) WaitGated(ctx context.Context, name string, n int) error {
+	for {
+		s.mu.Lock()
+		g := s.gateLocked(name)
+		waited, arrived := g.waited, g.arrived
+		s.mu.Unlock()
+		if waited >= n {
+			return nil
+		}
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			return fmt.Errorf("mock: waiting for %d requests at gate %q (%d so far): %w", n, name, waited, ctx.Err())
+		}
+	}
 }
 
 // waitGate blocks until the gate is released; false when the client went
 // away or the server closed first.
 func (s *Server) waitGate(ctx context.Context, name string) bool {
 	s.mu.Lock()
-	ch := s.gateLocked(name).ch
+	g := s.gateLocked(name)
+	ch := g.ch
+	g.waited++
+	close(g.arrived)
+	g.arrived = make(chan struct{})
 	s.mu.Unlock()
 	if s.waitHook != nil {
 		s.waitHook("gate")

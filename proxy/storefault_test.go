@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
+)
+
+// TestUnstoredTurnIsNotAcknowledged: when Redis dies while the upstream
+// answers, and the turn can be kept nowhere (no spool), no client reads a
+// clean end. A stream ends with a store_unavailable error event where
+// [DONE] would have been; a non-stream answer is a 503 under
+// on_store_error: fail, and goes out marked X-Persisted: false under pass.
+func TestUnstoredTurnIsNotAcknowledged(t *testing.T) {
+	cases := []struct {
+		name, conn string
+		stream     bool
+	}{
+		{"stream fail", "strict", true},
+		{"stream pass", "lenient", true},
+		{"non-stream fail", "strict", false},
+		{"non-stream pass", "lenient", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rd := redistest.Start(t)
+			st, err := redisstore.Open(context.Background(), redisstore.Options{URL: rd.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			m := startMock(t)
+			p := startProxyWith(t, m, `
+connections:
+  - {name: strict, provider: openai, base_url: "${MOCK}", on_store_error: fail}
+  - {name: lenient, provider: openai, base_url: "${MOCK}", on_store_error: pass}
+`, st)
+			body := chatBody
+			if tc.stream {
+				body = streamBody
+			}
+			// The request goes out on its own goroutine: a non-stream
+			// answer's head comes only once the upstream answered.
+			sent := make(chan *http.Response, 1)
+			go func() {
+				sent <- send(t, "POST", p.URL+"/"+tc.conn+"/v1/chat/completions", body, "Authorization", "Bearer k",
+					"X-Thread-Id", "t-fault", "X-Mock-Gate", "g")
+			}()
+			var resp *http.Response
+			var br *bufio.Reader
+			if tc.stream {
+				// Once the first event is out, the run and its pending
+				// turn were written.
+				resp = <-sent
+				br = bufio.NewReader(resp.Body)
+				readEvent(t, br)
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := m.WaitGated(ctx, "g", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rd.Kill()
+			m.Release("g")
+			if !tc.stream {
+				resp = <-sent
+				br = bufio.NewReader(resp.Body)
+			}
+			defer resp.Body.Close()
+			rest, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.stream:
+				if strings.Contains(string(rest), "[DONE]") || !strings.Contains(string(rest), `"code":"store_unavailable"`) {
+					t.Fatalf("an unstored stream must end with store_unavailable and no [DONE]:\n%s", rest)
+				}
+			case tc.conn == "strict":
+				if resp.StatusCode != 503 || !strings.Contains(string(rest), `"code":"store_unavailable"`) {
+					t.Fatalf("fail: want 503 store_unavailable, got %d %s", resp.StatusCode, rest)
+				}
+			default:
+				if resp.StatusCode != 200 || resp.Header.Get("X-Persisted") != "false" {
+					t.Fatalf("pass: want 200 with X-Persisted: false, got %d %q", resp.StatusCode, resp.Header.Get("X-Persisted"))
+				}
+			}
+			_, metrics := do(t, "GET", p.URL+"/metrics", "")
+			if strings.Contains(string(metrics), "chronicle_turns_acknowledged_not_stored_total 1") {
+				t.Fatal("a turn was acknowledged and stored nowhere")
+			}
+		})
+	}
+}
