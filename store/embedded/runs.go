@@ -335,16 +335,18 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 			refused = fmt.Errorf("run %s: %w", l.RunID, store.ErrNotFound)
 			return nil
 		}
-		if r.Status != store.Running {
-			refused = finishedAgain(r.Status, r.Reason, r.LeaseToken, l, f.Status)
-			return nil
-		}
 		m, err := loadMeta(tb)
 		if err != nil {
 			return err
 		}
-		if refused = fence(&m, l); refused != nil {
+		if r.Status != store.Running && !revivable(r, &m, l) {
+			refused = finishedAgain(r.Status, r.Reason, r.LeaseToken, l, f.Status)
 			return nil
+		}
+		if r.Status == store.Running {
+			if refused = fence(&m, l); refused != nil {
+				return nil
+			}
 		}
 		var prev *runRec
 		if f.Resumes != "" {
@@ -686,6 +688,15 @@ func beU64(b []byte) uint64 {
 		v = v<<8 | uint64(c)
 	}
 	return v
+}
+
+// revivable reports whether a finish under l may end run r although a
+// sweep marked it lost (its replica could not reach the store, and
+// spooled the finish): no lease was taken on the thread since l, so
+// nothing newer was written.
+func revivable(r *runRec, m *threadMeta, l store.Lease) bool {
+	return r.Status == store.Failed && r.Reason == store.ReasonProxyLost && l.Token != 0 &&
+		r.LeaseToken == l.Token && m.LeaseRun == "" && m.LeaseSeq == l.Token
 }
 
 // finishedAgain judges a Finish on a run that already ended: the same

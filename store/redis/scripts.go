@@ -382,13 +382,24 @@ local function finish()
   local rk = p .. 'run:' .. run
   local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n', 'ev', 'fol')
   if not st[1] then return {'notfound'} end
+  -- A run swept as proxy_lost while its replica could not reach the
+  -- store (its finish was spooled) is revived by that finish, as long as
+  -- no lease was taken on the thread since its own: nothing newer was
+  -- written, so the finish overwrites no history.
+  local revived = false
   if st[1] ~= 'running' then
-    if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'} end
-    if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''} end
-    return {'illegal', st[1]}
+    if st[1] == 'failed' and st[3] == 'proxy_lost' and st[2] == tok then
+      local lm = redis.call('HMGET', meta, 'l_run', 'l_seq')
+      if lm[1] or lm[2] ~= tok then return {'fenced'} end
+      revived = true
+    else
+      if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'} end
+      if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''} end
+      return {'illegal', st[1]}
+    end
   end
   local mt = metaof()
-  if mt.run ~= run or mt.tok ~= tok then return {'fenced'} end
+  if not revived and (mt.run ~= run or mt.tok ~= tok) then return {'fenced'} end
   local prk
   if resumes ~= '' then
     prk = p .. 'run:' .. resumes
@@ -460,7 +471,8 @@ local function finish()
   -- finish's time.
   if mt.created or trf == '1' then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
   if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
-  endlogof(run, ret, st[5], st[6])
+  -- The sweep ended a revived run's event log already.
+  if not revived then endlogof(run, ret, st[5], st[6]) end
   return {'ok', updated}
 end
 local r = finish()

@@ -360,13 +360,54 @@ func testTransitions(t *testing.T, h *harness) {
 		if r := h.run(store.Key{Tenant: "sw2", Thread: "sw2"}, "r"); r.Status != store.Completed {
 			t.Fatalf("sweep touched a completed run: %s", r.Status)
 		}
-		wantErr(t, "finish after sweep", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Completed}), store.ErrFenced)
-		wantErr(t, "finish failed after sweep", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Failed}), store.ErrFenced)
 		if lost, _ := h.s.Sweep(h.ctx); len(lost) != 0 {
 			t.Fatalf("second sweep: %v", lost)
 		}
-		// The thread is usable again.
-		h.start(k, "r2")
+		// The thread is usable again, and the swept run's finish, once
+		// a newer lease was taken, is fenced.
+		l2 := h.start(k, "r2")
+		wantErr(t, "finish after sweep and a newer lease", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Completed}), store.ErrFenced)
+		wantErr(t, "finish failed after sweep and a newer lease", h.s.Finish(h.ctx, l, &store.Finish{Status: store.Failed}), store.ErrFenced)
+		h.finish(l2, store.Finish{Status: store.Completed})
+	})
+	t.Run("swept_run_revived_by_its_finish", func(t *testing.T) {
+		// A replica that could not reach the store while its lease ran
+		// out (it spooled the finish) finishes the run when the store is
+		// back: the sweep took no newer lease, so nothing newer exists
+		// and the finish lands, transcript and all.
+		h := h.sub(t)
+		k := store.Key{Tenant: "rv", Thread: "rv"}
+		l := h.start(k, "r")
+		h.clock.Advance(ttl + time.Millisecond)
+		if lost, err := h.s.Sweep(h.ctx); err != nil || len(lost) != 1 {
+			t.Fatalf("sweep: %v %v", lost, err)
+		}
+		msgs, hashes := Msgs(0, 2)
+		tr := store.Transcript{Messages: msgs, Hashes: hashes}
+		u := &store.Usage{InputTokens: 3, OutputTokens: 4}
+		f := &store.Finish{Status: store.Completed, Transcript: &tr, Usage: u}
+		if err := h.s.Finish(h.ctx, l, f); err != nil {
+			t.Fatalf("finish of a swept run, no newer lease: %v", err)
+		}
+		if err := h.s.Finish(h.ctx, l, f); err != nil {
+			t.Fatalf("the same finish again: %v", err)
+		}
+		r := h.run(k, "r")
+		if r.Status != store.Completed || r.Reason != "" || r.Usage == nil || r.Usage.OutputTokens != 4 {
+			t.Fatalf("revived run = %s %q %+v", r.Status, r.Reason, r.Usage)
+		}
+		th, err := h.s.LoadThread(h.ctx, k)
+		if err != nil || len(th.Messages) != 2 {
+			t.Fatalf("thread after the revived finish: %d messages, %v", len(th.Messages), err)
+		}
+		page, err := h.s.ListThreads(h.ctx, store.ThreadQuery{Tenant: "rv"})
+		if err != nil || len(page.Threads) != 1 || page.Threads[0].LastStatus != store.Completed || page.Threads[0].Usage.OutputTokens != 4 {
+			t.Fatalf("listing after the revived finish: %+v %v", page.Threads, err)
+		}
+		if lost, _ := h.s.Sweep(h.ctx); len(lost) != 0 {
+			t.Fatalf("sweep after the revived finish: %v", lost)
+		}
+		h.finish(h.start(k, "r2"), store.Finish{Status: store.Completed})
 	})
 	t.Run("interrupted_resumed_by", func(t *testing.T) {
 		h := h.sub(t)
