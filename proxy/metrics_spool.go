@@ -1,6 +1,10 @@
 package proxy
 
 import (
+	"time"
+
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/spool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,3 +32,29 @@ func (m *serverMetrics) countTurnRefused() { m.faults.refused.Inc() }
 // countAckedNotStored counts a turn whose client saw a clean end that is
 // stored nowhere.
 func (m *serverMetrics) countAckedNotStored() { m.faults.unacked.Inc() }
+
+// registerSpool exposes the local journal's state when the store has one.
+func (m *serverMetrics) registerSpool(st store.Store) {
+	sp, ok := st.(interface{ Stats() spool.Stats })
+	if !ok {
+		return
+	}
+	gauge := func(name, help string, f func(spool.Stats) float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(sp.Stats()) }))
+	}
+	counter := func(name, help string, f func(spool.Stats) float64) {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return f(sp.Stats()) }))
+	}
+	gauge("chronicle_spool_entries", "Writes in the local journal waiting for the store.", func(s spool.Stats) float64 { return float64(s.Entries) })
+	gauge("chronicle_spool_bytes", "Size of the writes waiting in the local journal.", func(s spool.Stats) float64 { return float64(s.Bytes) })
+	gauge("chronicle_spool_oldest_age_seconds", "Age of the oldest write waiting in the local journal (0 when none).", func(s spool.Stats) float64 {
+		if s.Oldest.IsZero() {
+			return 0
+		}
+		return time.Since(s.Oldest).Seconds()
+	})
+	counter("chronicle_spool_spooled_total", "Writes the store could not take that went to the local journal.", func(s spool.Stats) float64 { return float64(s.Spooled) })
+	counter("chronicle_spool_replayed_total", "Journal writes applied to the store once it was back.", func(s spool.Stats) float64 { return float64(s.Replayed) })
+	counter("chronicle_spool_replay_conflicts_total", "Journal writes the store refused on replay (a newer lease took the thread); dropped and logged.", func(s spool.Stats) float64 { return float64(s.Conflicts) })
+	counter("chronicle_spool_full_total", "Writes refused by a full journal (their turns were not acknowledged).", func(s spool.Stats) float64 { return float64(s.Full) })
+}

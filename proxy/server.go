@@ -201,8 +201,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		conns:        make(map[string]*upstream, len(cfg.Connections)),
 		procs:        newProcBoost(opts.LargeRequestProcs),
 	}
+	if d := cfg.Store.OpTimeout.D(); d > 0 {
+		s.storeTimeout = d
+	}
 	if opts.Store != nil {
 		s.store = &meteredStore{Store: opts.Store, m: s.metrics}
+		s.metrics.registerSpool(opts.Store)
 		s.feeds = newRunFeeds(s.store)
 		if n := cfg.Store.ThreadCacheBytes; n != nil {
 			s.threads = newThreadCache(*n)

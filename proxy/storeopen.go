@@ -14,6 +14,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/chronicle-proxy/chronicle/store/embedded"
 	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/spool"
 )
 
 // OpenStore opens the backend the config names: the embedded file store
@@ -34,6 +35,21 @@ func OpenStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
 		}
 		return st, nil
 	}
+}
+
+// OpenSpool puts the local journal of store.spool in front of st when the
+// config turns it on (see store/spool); otherwise it returns st. Only the
+// serving process opens it: the journal belongs to one replica.
+func OpenSpool(st store.Store, cfg *config.Config, log *slog.Logger) (store.Store, error) {
+	sp := cfg.Store.Spool
+	if !sp.On() {
+		return st, nil
+	}
+	s, err := spool.Open(st, spool.Options{Dir: sp.Path, MaxBytes: sp.MaxBytes, Fsync: sp.Fsync == "always", Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("store.spool.path: %w", err)
+	}
+	return s, nil
 }
 
 // redactURLError keeps a Redis URL (and its password) out of an error.

@@ -94,6 +94,12 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs 
 	if err != nil {
 		return err
 	}
+	if spooled, err := proxy.OpenSpool(st, cfg, log); err != nil {
+		st.Close()
+		return err
+	} else {
+		st = spooled
+	}
 	defer st.Close()
 	gates, rates, closeLimits, err := proxy.OpenLimits(ctx, cfg, log)
 	if err != nil {

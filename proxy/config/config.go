@@ -112,7 +112,32 @@ type Store struct {
 	// that a turn on a thread it last wrote reads and parses only what is
 	// new. nil: 64 MiB; 0 turns the cache off.
 	ThreadCacheBytes *int64 `yaml:"thread_cache_bytes"`
+	// OpTimeout bounds each store operation of a request; one that runs
+	// past it counts as the store being unreachable (on_store_error, the
+	// spool). Default 5s.
+	OpTimeout Duration `yaml:"op_timeout"`
+	// Spool is the local journal that keeps a turn's finish while the
+	// store cannot take it.
+	Spool Spool `yaml:"spool"`
 }
+
+// Spool configures the local write-ahead journal (store/spool).
+type Spool struct {
+	// Enabled: nil means on for the redis driver, off for embedded
+	// (whose spool would share the store's disk).
+	Enabled *bool  `yaml:"enabled"`
+	Path    string `yaml:"path"` // directory of the journal; default ./spool
+	// MaxBytes caps the journal; past it a turn is kept nowhere and its
+	// client is told. Default 1 GiB.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// Fsync: always (each record on disk before the client sees the
+	// answer's end; survives power loss) or never (handed to the OS;
+	// survives a crash of chronicle, not of the machine).
+	Fsync string `yaml:"fsync"`
+}
+
+// On reports whether the spool is in use.
+func (s Spool) On() bool { return s.Enabled != nil && *s.Enabled }
 
 // Admin configures the operator-facing endpoints.
 type Admin struct {
@@ -340,6 +365,22 @@ func (c *Config) applyDefaults() {
 	if c.Store.EventBatchWindow == 0 {
 		c.Store.EventBatchWindow = Duration(50 * time.Millisecond)
 	}
+	if c.Store.OpTimeout == 0 {
+		c.Store.OpTimeout = Duration(5 * time.Second)
+	}
+	if c.Store.Spool.Enabled == nil {
+		on := c.Store.Driver == "redis"
+		c.Store.Spool.Enabled = &on
+	}
+	if c.Store.Spool.Path == "" {
+		c.Store.Spool.Path = "./spool"
+	}
+	if c.Store.Spool.MaxBytes == 0 {
+		c.Store.Spool.MaxBytes = 1 << 30
+	}
+	if c.Store.Spool.Fsync == "" {
+		c.Store.Spool.Fsync = "always"
+	}
 	if c.Store.ThreadCacheBytes == nil {
 		n := int64(64 << 20)
 		c.Store.ThreadCacheBytes = &n
@@ -459,6 +500,18 @@ func (c *Config) Validate() error {
 	}
 	if w := c.Store.EventBatchWindow.D(); w < time.Millisecond || w > time.Second {
 		bad("store.event_batch_window", "must be between 1ms and 1s, got %v", w)
+	}
+	if c.Store.OpTimeout < 0 {
+		bad("store.op_timeout", "must be positive, got %v", c.Store.OpTimeout.D())
+	}
+	if c.Store.Spool.On() && strings.TrimSpace(c.Store.Spool.Path) == "" {
+		bad("store.spool.path", "required when the spool is enabled")
+	}
+	if c.Store.Spool.MaxBytes < 0 {
+		bad("store.spool.max_bytes", "must not be negative (0 means 1 GiB), got %d", c.Store.Spool.MaxBytes)
+	}
+	if f := c.Store.Spool.Fsync; f != "always" && f != "never" {
+		bad("store.spool.fsync", "want always or never, got %q", f)
 	}
 	if n := c.Store.ThreadCacheBytes; n != nil && *n < 0 {
 		bad("store.thread_cache_bytes", "must not be negative (0 turns the cache off)")
