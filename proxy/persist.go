@@ -179,6 +179,22 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 			message: "The request body is not valid JSON."})
 		return nil, nil, false
 	}
+	if !ok {
+		// No history array: a body without one continues the stored
+		// thread; one that is not an object, or whose history is not an
+		// array, is refused before any run exists.
+		if msg := adapters.ShapeProblem(ad.Format(), body); msg != "" {
+			writeError(ctx, ad, apiError{status: 400, code: codeBadRequest, message: msg})
+			return nil, nil, false
+		}
+	}
+	if status, refusal, refused := adapters.MissingModel(ad, ex.op.Model); refused {
+		// The provider's own answer, without a run or a round trip.
+		ctx.SetStatusCode(status)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(refusal)
+		return nil, nil, false
+	}
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},

@@ -1,0 +1,101 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+)
+
+// Tests of the HTTP contract's corners (issue 33): what a client sees when
+// its request is malformed, fails upstream on a thread's first turn,
+// retries a run in flight or lost, or sends too large a body.
+
+// TestBodyNotAnObject: a body that is JSON but not an object, or whose
+// history member is not an array, is refused with 400 bad_request in the
+// caller's shape, worded for its format; nothing goes upstream and no
+// thread or run is made. A body without the member still continues a
+// stored thread (404 thread_not_found when there is none).
+func TestBodyNotAnObject(t *testing.T) {
+	cases := []struct {
+		name, path, body, member string
+		auth                     []string
+	}{
+		{"chat-array", "/openai/v1/chat/completions", `[1,2]`, `"messages"`, []string{"Authorization", "Bearer k-shape"}},
+		{"chat-string", "/openai/v1/chat/completions", `"hi"`, `"messages"`, []string{"Authorization", "Bearer k-shape"}},
+		{"chat-number", "/openai/v1/chat/completions", `42`, `"messages"`, []string{"Authorization", "Bearer k-shape"}},
+		{"chat-messages-string", "/openai/v1/chat/completions", `{"model":"gpt-4o","messages":"hi"}`, `"messages"`, []string{"Authorization", "Bearer k-shape"}},
+		{"deepseek-messages-object", "/deepseek/chat/completions", `{"model":"deepseek-chat","messages":{}}`, `"messages"`, []string{"Authorization", "Bearer k-shape"}},
+		{"gemini-array", "/gemini/v1beta/models/gemini-2.5-flash:generateContent", `[]`, `"contents"`, []string{"X-Goog-Api-Key", "k-shape"}},
+		{"gemini-contents-string", "/gemini/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", `{"contents":"hi"}`, `"contents"`, []string{"X-Goog-Api-Key", "k-shape"}},
+		{"responses-number", "/openai/v1/responses", `{"model":"gpt-4o","input":42}`, `"input"`, []string{"Authorization", "Bearer k-shape"}},
+		{"responses-array", "/openai/v1/responses", `[{"model":"gpt-4o"}]`, `"input"`, []string{"Authorization", "Bearer k-shape"}},
+	}
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		for _, c := range cases {
+			thread := "t-shape-" + c.name
+			resp, body := do(t, "POST", p.URL+c.path, c.body, hdrs(c.auth, "X-Thread-Id", thread)...)
+			if resp.StatusCode != 400 {
+				t.Fatalf("%s: %d %s, want 400 bad_request", c.name, resp.StatusCode, body)
+			}
+			e := gjson.ParseBytes(body)
+			if strings.HasPrefix(c.name, "gemini") {
+				if e.Get("error.code").Int() != 400 || e.Get("error.status").String() != "INVALID_ARGUMENT" || e.Get("error.details.0.reason").String() != "BAD_REQUEST" {
+					t.Fatalf("%s: not Gemini's shape: %s", c.name, body)
+				}
+			} else if e.Get("error.code").String() != "bad_request" || e.Get("error.type").String() != "invalid_request_error" {
+				t.Fatalf("%s: not OpenAI's shape: %s", c.name, body)
+			}
+			if msg := e.Get("error.message").String(); !strings.Contains(msg, c.member) || strings.Contains(msg, "X-Thread-Id") {
+				t.Fatalf("%s: message %q does not name %s", c.name, msg, c.member)
+			}
+			if r, b := do(t, "GET", p.URL+"/api/threads/"+thread, "", c.auth...); r.StatusCode != 404 {
+				t.Fatalf("%s: a refused request left a thread: %d %s", c.name, r.StatusCode, b)
+			}
+		}
+		if n := len(m.Requests()); n != 0 {
+			t.Fatalf("%d refused requests reached the upstream", n)
+		}
+		// A body without a history continues a stored thread: none here.
+		resp, body := do(t, "POST", p.URL+"/openai/v1/chat/completions", `{"model":"gpt-4o"}`, "Authorization", "Bearer k-shape", "X-Thread-Id", "t-shape-none")
+		if resp.StatusCode != 404 || gjson.GetBytes(body, "error.code").String() != "thread_not_found" {
+			t.Fatalf("a body without messages: %d %s, want 404 thread_not_found", resp.StatusCode, body)
+		}
+	})
+}
+
+// TestMissingModel: OpenAI chat completions and the Responses API want a
+// model in the body; a persisted request without one gets the provider's
+// own 400, byte for byte, without a run or an upstream call. DeepSeek's
+// and Gemini's requests are not judged (Gemini names the model in the
+// path).
+func TestMissingModel(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		cases := []struct{ name, path, body, want string }{
+			{"chat", "/openai/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`,
+				`{"error":{"message":"you must provide a model parameter","type":"invalid_request_error","param":null,"code":null}}`},
+			{"chat-stream", "/openai/v1/chat/completions", `{"model":"","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+				`{"error":{"message":"you must provide a model parameter","type":"invalid_request_error","param":null,"code":null}}`},
+			{"responses", "/openai/v1/responses", `{"input":"hi"}`,
+				`{"error":{"message":"Missing required parameter: 'model'.","type":"invalid_request_error","param":"model","code":"missing_required_parameter"}}`},
+		}
+		for _, c := range cases {
+			thread := "t-model-" + c.name
+			resp, body := do(t, "POST", p.URL+c.path, c.body, "Authorization", "Bearer k-model", "X-Thread-Id", thread)
+			if resp.StatusCode != 400 || string(body) != c.want {
+				t.Fatalf("%s: %d %s\nwant 400 %s", c.name, resp.StatusCode, body, c.want)
+			}
+			if r, b := do(t, "GET", p.URL+"/api/threads/"+thread, "", "Authorization", "Bearer k-model"); r.StatusCode != 404 {
+				t.Fatalf("%s: a refused request left a thread: %d %s", c.name, r.StatusCode, b)
+			}
+		}
+		if n := len(m.Requests()); n != 0 {
+			t.Fatalf("%d refused requests reached the upstream", n)
+		}
+		resp, body := do(t, "POST", p.URL+"/gemini/v1beta/models/gemini-2.5-flash:generateContent",
+			`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`, "X-Goog-Api-Key", "k-model", "X-Thread-Id", "t-model-gemini")
+		if resp.StatusCode != 200 {
+			t.Fatalf("gemini (model in the path): %d %s", resp.StatusCode, body)
+		}
+	})
+}
