@@ -1,9 +1,16 @@
 package proxy
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/tidwall/gjson"
 )
 
@@ -98,4 +105,47 @@ func TestMissingModel(t *testing.T) {
 			t.Fatalf("gemini (model in the path): %d %s", resp.StatusCode, body)
 		}
 	})
+}
+
+// TestReadyzWhileRedisHangs: /readyz answers 503 store_unavailable within
+// its own ping timeout while the Redis server hangs (SIGSTOP), whatever
+// the Redis client's own read timeout (here an hour: the ping's answer
+// never comes while the test runs). Probes that arrive meanwhile share the
+// ping in flight.
+func TestReadyzWhileRedisHangs(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL() + "?read_timeout=1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	p := startProxyWith(t, nil, "connections:\n  - {name: openai, provider: openai, base_url: \"http://127.0.0.1:1\"}\n", st)
+	// A hang guard far above the ping's 2 s, not a timing assertion.
+	client := &http.Client{Timeout: 60 * time.Second}
+	get := func() (int, string) {
+		resp, err := client.Get(p.URL + "/readyz")
+		if err != nil {
+			t.Errorf("GET /readyz: %v", err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(); code != 200 {
+		t.Fatalf("ready with Redis up: %d %s", code, body)
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, body := get(); code != 503 || !strings.Contains(body, "store_unavailable") {
+				t.Errorf("ready while Redis hangs: %d %s, want 503 store_unavailable", code, body)
+			}
+		}()
+	}
+	wg.Wait()
 }

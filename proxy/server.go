@@ -95,6 +95,9 @@ type Server struct {
 	feeds *runFeeds
 	// sessionIDs caches the per-(connection, model) session ids.
 	sessionIDs sync.Map
+	// readyPing is the readiness ping in flight, if any (pingStore).
+	readyMu   sync.Mutex
+	readyPing *storePing
 }
 
 func localKey(k store.Key, runID string) string { return k.Tenant + "\x00" + k.Thread + "\x00" + runID }
@@ -414,9 +417,7 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if s.store != nil {
-		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := s.store.Ping(c); err != nil {
+		if err := s.pingStore(readyTimeout); err != nil {
 			s.log.Warn("readiness check failed", "err", err)
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 			ctx.SetBodyString(`{"status":"store_unavailable"}`)
@@ -424,6 +425,51 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	ctx.SetBodyString(`{"status":"ok"}`)
+}
+
+// readyTimeout bounds /readyz's store ping.
+const readyTimeout = 2 * time.Second
+
+// errPingTimeout: the store did not answer a readiness ping in time.
+var errPingTimeout = errors.New("proxy: the store did not answer the readiness ping in time")
+
+// storePing is one readiness ping in flight.
+type storePing struct {
+	done chan struct{}
+	err  error
+}
+
+// pingStore pings the store and waits at most timeout for the answer. The
+// wait does not rely on the store honouring the context: a Redis server
+// that hangs (SIGSTOP, a full disk) holds a read until the client's own
+// read timeout, longer than a readiness probe waits. One ping runs at a
+// time; /readyz calls that arrive meanwhile wait for that one, so a hung
+// store costs one goroutine, not one per probe.
+func (s *Server) pingStore(timeout time.Duration) error {
+	s.readyMu.Lock()
+	p := s.readyPing
+	if p == nil {
+		p = &storePing{done: make(chan struct{})}
+		s.readyPing = p
+		go func() {
+			c, cancel := context.WithTimeout(context.Background(), timeout)
+			p.err = s.store.Ping(c)
+			cancel()
+			s.readyMu.Lock()
+			s.readyPing = nil
+			s.readyMu.Unlock()
+			close(p.done)
+		}()
+	}
+	s.readyMu.Unlock()
+	wait := time.NewTimer(timeout)
+	defer wait.Stop()
+	select {
+	case <-p.done:
+		return p.err
+	case <-wait.C:
+		return errPingTimeout
+	}
 }
 
 // handleParseError answers requests fasthttp could not read: too large a
