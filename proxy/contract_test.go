@@ -149,3 +149,86 @@ func TestReadyzWhileRedisHangs(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestFirstTurnFailsUpstream: a thread whose first turn fails upstream can
+// be read: the client got the upstream's answer, and GET /api/threads/{id}
+// shows the thread, holding the input the run sent (no reply: half turns
+// never land), with the run failed, reason upstream_error and the
+// upstream's error object. The same for a stream refused before its first
+// event, in every wire format.
+func TestFirstTurnFailsUpstream(t *testing.T) {
+	cases := []struct {
+		name, path, body, input string
+		auth                    []string
+	}{
+		{"chat", "/openai/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+			`[{"role":"user","content":"hi"}]`, []string{"Authorization", "Bearer k-first"}},
+		{"chat-stream", "/openai/v1/chat/completions", `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			`[{"role":"user","content":"hi"}]`, []string{"Authorization", "Bearer k-first"}},
+		{"gemini", "/gemini/v1beta/models/gemini-2.5-flash:generateContent", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+			`[{"role":"user","parts":[{"text":"hi"}]}]`, []string{"X-Goog-Api-Key", "k-first"}},
+		{"gemini-stream", "/gemini/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+			`[{"role":"user","parts":[{"text":"hi"}]}]`, []string{"X-Goog-Api-Key", "k-first"}},
+		{"responses", "/openai/v1/responses", `{"model":"gpt-4o","input":[{"type":"message","role":"user","content":"hi"}]}`,
+			`[{"type":"message","role":"user","content":"hi"}]`, []string{"Authorization", "Bearer k-first"}},
+	}
+	forEachBackend(t, func(t *testing.T, p *testProxy, m *testMock) {
+		for _, c := range cases {
+			thread := "t-first-" + c.name
+			resp, body := do(t, "POST", p.URL+c.path, c.body, hdrs(c.auth, "X-Thread-Id", thread, "X-Mock-Status", "400")...)
+			if resp.StatusCode != 400 {
+				t.Fatalf("%s: %d %s, want the upstream's 400", c.name, resp.StatusCode, body)
+			}
+			run := resp.Header.Get("X-Run-Id")
+			th := threadDoc(t, p, c.auth, thread)
+			if got := th.Get("messages").Raw; got != c.input {
+				t.Fatalf("%s: stored messages %s, want the input %s", c.name, got, c.input)
+			}
+			runs := th.Get("runs").Array()
+			if len(runs) != 1 || runs[0].Get("id").String() != run || runs[0].Get("status").String() != "failed" ||
+				runs[0].Get("reason").String() != "upstream_error" {
+				t.Fatalf("%s: runs %s, want run %s failed upstream_error", c.name, th.Get("runs").Raw, run)
+			}
+			if e := runs[0].Get("error"); !e.IsObject() && !e.IsArray() || !jsonEqual(t, []byte(e.Raw), body) {
+				t.Fatalf("%s: run error %s, want the upstream's %s", c.name, e.Raw, body)
+			}
+			if th.Get("connection").String() == "" || th.Get("format").String() == "" {
+				t.Fatalf("%s: thread meta: %s", c.name, th.Raw)
+			}
+		}
+	})
+	// Other first turns that end without a reply: an upstream that cannot
+	// be reached (502), and a stream that breaks off before its first
+	// event (the client gets a stream_truncated error event).
+	others := []struct {
+		name, conn, body, mockHeader, reason string
+		status                               int
+	}{
+		{"unreachable", "down", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "", "upstream_unreachable", 502},
+		{"unreachable-stream", "down", `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`, "", "upstream_unreachable", 502},
+		{"cut-stream", "openai", `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`, "0", "stream_truncated", 200},
+	}
+	for _, b := range backends {
+		t.Run(b.name+"/others", func(t *testing.T) {
+			m := startMock(t)
+			p := startProxyWith(t, m, persistConfig+"  - {name: down, provider: openai, base_url: \"http://127.0.0.1:1\"}\n", b.open(t))
+			for _, c := range others {
+				thread := "t-first-" + c.name
+				h := []string{"Authorization", "Bearer k-first", "X-Thread-Id", thread}
+				if c.mockHeader != "" {
+					h = append(h, "X-Mock-Cut-After", c.mockHeader)
+				}
+				resp, body := do(t, "POST", p.URL+"/"+c.conn+"/v1/chat/completions", c.body, h...)
+				if resp.StatusCode != c.status {
+					t.Fatalf("%s: %d %s, want %d", c.name, resp.StatusCode, body, c.status)
+				}
+				th := threadDoc(t, p, h[:2], thread)
+				runs := th.Get("runs").Array()
+				if th.Get("messages").Raw != `[{"role":"user","content":"hi"}]` || len(runs) != 1 ||
+					runs[0].Get("status").String() != "failed" || runs[0].Get("reason").String() != c.reason {
+					t.Fatalf("%s: thread %s, want the input and one run failed %s", c.name, th.Raw, c.reason)
+				}
+			}
+		})
+	}
+}

@@ -63,6 +63,9 @@ type turn struct {
 	resolve          []string        // its interrupts answered by a result
 	cancel           []string        // its interrupts repair had to answer
 
+	// threadFound: the thread had a stored transcript when the run
+	// started (false on its first turn).
+	threadFound bool
 	// ownThread: the client named the thread (X-Thread-Id). Without one
 	// the session id is the connection's per-model one, so a client that
 	// never names threads still keeps its provider cache warm.
@@ -252,6 +255,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		return nil, nil, false
 	}
 	t.lease = started.Lease
+	t.threadFound = started.ThreadFound
 	if started.ThreadFound {
 		s.threads.counted(started.Unchanged && kept != nil)
 	}
@@ -834,6 +838,13 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 		} else {
 			fr.tr = t.transcriptFrom(t.storedHashes, fr.parts, fr.hashes)
 		}
+		f.Transcript = &fr.tr
+	}
+	if f.Transcript == nil && !t.threadFound && !pendingSaved {
+		// A thread's first run that ends without a reply still makes the
+		// thread, holding the input it sent (as a stream's pending turn
+		// does), so the run and its error can be read.
+		fr.tr = t.transcriptFrom(nil, t.parts, t.hashes)
 		f.Transcript = &fr.tr
 	}
 	return fr
