@@ -4,8 +4,10 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,5 +232,111 @@ func TestFirstTurnFailsUpstream(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// heldUpstream is an in-test upstream that answers every request with
+// status and body, each only once release is closed; got receives each
+// request as it arrives.
+type heldUpstream struct {
+	url     string
+	got     chan struct{}
+	release chan struct{}
+	calls   atomic.Int64
+}
+
+func startHeldUpstream(t *testing.T, status int, body string) *heldUpstream {
+	t.Helper()
+	u := &heldUpstream{got: make(chan struct{}, 16), release: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		u.calls.Add(1)
+		u.got <- struct{}{}
+		select {
+		case <-u.release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	u.url = srv.URL
+	return u
+}
+
+// TestRetryWaitsForRunInFlight: a non-stream request retried with the
+// X-Run-Id of a run still in flight waits for that run's end and gets the
+// same status and byte-identical body, with no second upstream call; when
+// the run fails, the same error. On both stores.
+func TestRetryWaitsForRunInFlight(t *testing.T) {
+	waiting := make(chan struct{}, 1)
+	awaitHook = func() { waiting <- struct{}{} }
+	t.Cleanup(func() { awaitHook = nil })
+	answers := []struct {
+		name   string
+		status int
+		body   string
+	}{
+		{"ok", 200, `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"held"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`},
+		{"error", 400, `{"error":{"message":"Invalid 'messages': held.","type":"invalid_request_error","param":"messages","code":null}}`},
+	}
+	for _, b := range backends {
+		for _, a := range answers {
+			t.Run(b.name+"/"+a.name, func(t *testing.T) {
+				up := startHeldUpstream(t, a.status, a.body)
+				p := startProxyWith(t, nil, "connections:\n  - {name: held, provider: openai, base_url: \""+up.url+"\"}\n", b.open(t))
+				url := p.URL + "/held/v1/chat/completions"
+				req := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+				h := []string{"Authorization", "Bearer k-held", "X-Thread-Id", "t-held", "X-Run-Id", "r-held"}
+				type answer struct {
+					status int
+					body   []byte
+				}
+				first, retry := make(chan answer, 1), make(chan answer, 1)
+				go func() {
+					resp, body := do(t, "POST", url, req, h...)
+					first <- answer{resp.StatusCode, body}
+				}()
+				<-up.got // the run is in flight upstream
+				go func() {
+					resp, body := do(t, "POST", url, req, h...)
+					retry <- answer{resp.StatusCode, body}
+				}()
+				select {
+				case <-waiting: // the retry waits for the run's end
+				case r := <-retry:
+					t.Fatalf("the retry was answered while its run was in flight: %d %s", r.status, r.body)
+				}
+				close(up.release)
+				f, r := <-first, <-retry
+				if f.status != a.status || string(f.body) != a.body {
+					t.Fatalf("first: %d %s", f.status, f.body)
+				}
+				if r.status != f.status || string(r.body) != string(f.body) {
+					t.Fatalf("retry: %d %s\nwant the first answer: %d %s", r.status, r.body, f.status, f.body)
+				}
+				if n := up.calls.Load(); n != 1 {
+					t.Fatalf("%d upstream calls, want 1", n)
+				}
+				// A retry after the end is answered the same from the store.
+				resp, body := do(t, "POST", url, req, h...)
+				if resp.StatusCode != f.status || string(body) != string(f.body) {
+					t.Fatalf("retry after the end: %d %s", resp.StatusCode, body)
+				}
+				// A stream the upstream refused before its first event: its
+				// retry gets the same refusal, not an empty stream.
+				if a.status >= 300 {
+					sreq := `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+					sh := []string{"Authorization", "Bearer k-held", "X-Thread-Id", "t-held-stream", "X-Run-Id", "r-held-stream"}
+					r1, b1 := do(t, "POST", url, sreq, sh...)
+					r2, b2 := do(t, "POST", url, sreq, sh...)
+					if r1.StatusCode != a.status || r2.StatusCode != a.status || string(b2) != string(b1) {
+						t.Fatalf("stream refused: %d %s, its retry %d %s", r1.StatusCode, b1, r2.StatusCode, b2)
+					}
+				}
+			})
+		}
 	}
 }

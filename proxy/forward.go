@@ -105,6 +105,9 @@ type exchange struct {
 	upAt     int
 	// spliced is the upstream request's body stream when upInsert is set.
 	spliced splicedBody
+	// awaitRun names the run in flight that a non-stream retry (its
+	// X-Run-Id) is answered from once it ends (answerWhenEnded).
+	awaitRun *store.RunRef
 }
 
 // upBodyPool recycles the buffers upstream bodies are built in (the
@@ -183,6 +186,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		if !ok {
 			adm.refund()
 			ex.release()
+			if ex.awaitRun != nil {
+				s.answerWhenEnded(ctx, ex)
+			}
 			return
 		}
 	}

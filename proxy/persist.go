@@ -793,6 +793,7 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 	// Field by field: a composite literal is built in the frame first.
 	f.EventsFrom, f.Events = fr.tail.first, fr.tail.events
 	f.Response, f.UpstreamBody = o.response, t.upstreamBody
+	f.AnswerStatus = o.status
 	f.Repairs, f.Restored, f.InterruptedCalls = t.repairs, t.restored, t.interrupted
 	f.SessionID, f.Model = t.sessionID, t.model
 	f.Resolve, f.Cancel, f.Resumes = t.resolve, t.cancel, t.resumes
@@ -1025,20 +1026,16 @@ func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store
 			s.storeError(ctx, err, "run")
 			return
 		}
-		if run.Status.Ended() && run.Response != nil {
-			ctx.SetStatusCode(200)
-			ctx.SetContentType("application/json")
-			ctx.SetBody(run.Response)
+		if !run.Status.Ended() {
+			// forward waits for its end, once the request's admission
+			// is given back (answerWhenEnded).
+			ex.awaitRun = &store.RunRef{Key: k, RunID: runID}
 			return
 		}
-		if run.Status.Ended() && run.Error != nil {
-			ctx.SetStatusCode(502)
-			ctx.SetContentType("application/json")
-			ctx.SetBody(run.Error)
-			return
-		}
-		writeError(ctx, ex.ad, apiError{status: 409, code: "run_in_progress", retryAfter: 1,
-			message: "This X-Run-Id names a run that has not finished, or that left no answer to replay."})
+		answerEnded(ctx, ex.ad, &run)
+		return
+	}
+	if s.answeredBeforeEvents(ctx, ex, k, runID) {
 		return
 	}
 	ctx.SetStatusCode(200)
