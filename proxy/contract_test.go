@@ -1,16 +1,20 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/embedded"
 	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
 	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/tidwall/gjson"
@@ -339,4 +343,161 @@ func TestRetryWaitsForRunInFlight(t *testing.T) {
 			})
 		}
 	}
+}
+
+// testClock is a store clock a test moves forward, to let a lease lapse
+// without waiting for it.
+type testClock struct{ ahead atomic.Int64 }
+
+func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.ahead.Load())) }
+
+// openClocked opens backend name with clock c.
+func openClocked(t *testing.T, name string, c *testClock) store.Store {
+	t.Helper()
+	switch name {
+	case "embedded":
+		st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, Now: c.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	default:
+		srv := redistest.Start(t)
+		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL(), Now: c.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}
+}
+
+// TestLostRunEndsWithError: a stream run lost in a crash (its replica
+// stopped renewing its lease; the sweeper marked it failed, proxy_lost)
+// ends, for whoever reads it, with a terminal error event in the
+// provider's shape (code proxy_lost), never silently: a follower that was
+// reading it live, an X-Run-Id retry (the partial stream, then the error)
+// and a replay of the events endpoint (the error under the next id).
+func TestLostRunEndsWithError(t *testing.T) {
+	cases := []struct {
+		name, path, body, format, msg string
+		events                        []string
+		auth                          []string
+		errEvent                      func(gjson.Result) bool
+	}{
+		{"openai", "/openai/v1/chat/completions", `{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"openai-chat", `{"role":"user","content":"hi"}`,
+			[]string{"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n",
+				"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":null}]}\n\n"},
+			[]string{"Authorization", "Bearer k-lost"},
+			func(e gjson.Result) bool { return e.Get("error.code").String() == "proxy_lost" }},
+		{"gemini", "/gemini/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+			"gemini", `{"role":"user","parts":[{"text":"hi"}]}`,
+			[]string{"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hel\"}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n"},
+			[]string{"X-Goog-Api-Key", "k-lost"},
+			func(e gjson.Result) bool {
+				return e.Get("error.code").Int() == 502 && e.Get("error.details.0.reason").String() == "PROXY_LOST"
+			}},
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			clock := &testClock{}
+			st := openClocked(t, b.name, clock)
+			p := startProxyWith(t, startMock(t), resumeConfig, st)
+			ctx := context.Background()
+			for _, c := range cases {
+				// The crashed replica: a run started, its input saved, part
+				// of its stream logged, and then nothing.
+				k := store.Key{Tenant: passThroughTenant([]byte("k-lost")), Thread: "t-lost-" + c.name}
+				started, err := st.StartRun(ctx, store.StartRun{Key: k, RunID: "r-lost-" + c.name, Owner: "replica-gone",
+					TTL: 3 * time.Second, Fingerprint: fingerprint([]byte(c.body)), Model: "m"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				l := started.Lease
+				if err := st.SaveTranscript(ctx, l, store.Transcript{Messages: [][]byte{[]byte(c.msg)}, Hashes: []store.Hash{hashOf([]byte(c.msg))},
+					Connection: c.name, Format: c.format}); err != nil {
+					t.Fatal(err)
+				}
+				evs := make([][]byte, len(c.events))
+				for i, e := range c.events {
+					evs[i] = []byte(e)
+				}
+				if err := st.AppendEvents(ctx, l, 1, evs); err != nil {
+					t.Fatal(err)
+				}
+				// A follower reads the partial stream live ...
+				resp := follow(t, p, c.auth, k.Thread, l.RunID, "after", 0)
+				r := bufio.NewReader(resp.Body)
+				for i, e := range c.events {
+					if got := readDataEvent(t, r); got != "id: "+strconv.Itoa(i+1)+eolOf(e)+e {
+						t.Fatalf("%s: follower's event %d: %q", c.name, i+1, got)
+					}
+				}
+				// ... when the lease lapses and the run is swept.
+				clock.ahead.Add(int64(time.Hour))
+				if _, err := st.Sweep(ctx); err != nil {
+					t.Fatal(err)
+				}
+				checkLost := func(what string, blocks []string, ids bool) {
+					t.Helper()
+					want := len(c.events) + 1
+					if len(blocks) != want {
+						t.Fatalf("%s %s: %d events %q, want the %d logged and the error", c.name, what, len(blocks), blocks, len(c.events))
+					}
+					last := blocks[len(blocks)-1]
+					if ids {
+						id := "id: " + strconv.Itoa(want) + eolOf(last)
+						if !strings.HasPrefix(last, id) {
+							t.Fatalf("%s %s: the error event %q is not under %q", c.name, what, last, id)
+						}
+						last = strings.TrimPrefix(last, id)
+					}
+					data, ok := strings.CutPrefix(strings.TrimRight(last, "\r\n"), "data: ")
+					if !ok || !c.errEvent(gjson.Parse(data)) {
+						t.Fatalf("%s %s: last event %q, want a proxy_lost error in the provider's shape", c.name, what, last)
+					}
+				}
+				rest := readBody(t, resp)
+				var live []string
+				for _, e := range c.events {
+					live = append(live, "id: x"+e) // placeholders for the events read above
+				}
+				checkLost("follower", append(live, nonComments(sseBlocks(t, rest))...), true)
+				// An X-Run-Id retry replays the partial stream, then the error.
+				resp2, body := do(t, "POST", p.URL+c.path, c.body, hdrs(c.auth, "X-Thread-Id", k.Thread, "X-Run-Id", l.RunID)...)
+				if resp2.StatusCode != 200 {
+					t.Fatalf("%s retry: %d %s", c.name, resp2.StatusCode, body)
+				}
+				blocks := nonComments(sseBlocks(t, body))
+				for i, e := range c.events {
+					if i < len(blocks) && blocks[i] != e {
+						t.Fatalf("%s retry: event %d %q, want %q", c.name, i+1, blocks[i], e)
+					}
+				}
+				checkLost("retry", blocks, false)
+				// A replay of the ended run.
+				checkLost("replay", nonComments(sseBlocks(t, readBody(t, follow(t, p, c.auth, k.Thread, l.RunID, "after", 0)))), true)
+			}
+		})
+	}
+}
+
+// eolOf is the line ending an SSE block uses.
+func eolOf(block string) string {
+	if strings.Contains(block, "\r\n") {
+		return "\r\n"
+	}
+	return "\n"
+}
+
+func nonComments(blocks []string) []string {
+	var out []string
+	for _, b := range blocks {
+		if !isComment(b) {
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -1042,9 +1042,9 @@ func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.ImmediateHeaderFlush = true
-	conn := ctx.Conn()
+	conn, ad := ctx.Conn(), ex.ad
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		s.streamEvents(w, conn, k, runID, 0, false)
+		s.streamEvents(w, conn, k, runID, 0, false, ad)
 	})
 }
 

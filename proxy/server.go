@@ -124,8 +124,9 @@ type upstream struct {
 
 // Adapters shared by every connection of a kind; they are immutable.
 var (
-	openAIAdapter = adapters.NewOpenAIChat(adapters.OpenAI)
-	geminiAdapter = adapters.NewGemini()
+	openAIAdapter    = adapters.NewOpenAIChat(adapters.OpenAI)
+	geminiAdapter    = adapters.NewGemini()
+	responsesAdapter = adapters.NewResponses(adapters.ResponsesOpenAI)
 )
 
 func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *upstream {
