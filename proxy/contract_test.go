@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -500,4 +503,84 @@ func nonComments(blocks []string) []string {
 		}
 	}
 	return out
+}
+
+// TestBodyTooLargeIsRead: a body over limits.max_body_bytes always gets
+// its 413 body_too_large, never a connection reset: chronicle answers,
+// shuts its side of the connection (the client reads the answer and then
+// EOF) and reads and discards the rest of the body, so the client's
+// writes all land. Over a real socket, with a client that writes the whole
+// body before it reads anything, and with one that reads the answer after
+// the first part and only then writes the rest, in pieces; on the OpenAI
+// and Gemini routes.
+func TestBodyTooLargeIsRead(t *testing.T) {
+	const limit = 1 << 20
+	p := startProxy(t, startMock(t), fmt.Sprintf("limits: {max_body_bytes: %d}\n", limit)+resumeConfig)
+	addr := strings.TrimPrefix(p.URL, "http://")
+	body := bytes.Repeat([]byte("a"), limit+limit/2)
+	routes := []struct{ name, path, auth, code string }{
+		{"openai", "/openai/v1/chat/completions", "Authorization: Bearer k-big", `"code":"body_too_large"`},
+		{"gemini", "/gemini/v1beta/models/gemini-2.5-flash:generateContent", "X-Goog-Api-Key: k-big", `"reason":"BODY_TOO_LARGE"`},
+	}
+	for _, rt := range routes {
+		head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: chronicle\r\n%s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", rt.path, rt.auth, len(body))
+		// readAnswer reads the answer to its end and then the
+		// connection's: EOF, not a reset.
+		readAnswer := func(t *testing.T, c net.Conn) {
+			t.Helper()
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: reading the answer: %v", rt.name, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 413 || !strings.Contains(string(b), rt.code) {
+				t.Fatalf("%s: %d %s (%v), want 413 %s", rt.name, resp.StatusCode, b, err, rt.code)
+			}
+			if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+				t.Fatalf("%s: after the answer: %d bytes, %v; want EOF (the proxy's side shut, not reset)", rt.name, n, err)
+			}
+		}
+		dial := func(t *testing.T) *net.TCPConn {
+			t.Helper()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			// A hang guard, not a timing assertion.
+			_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+			return c.(*net.TCPConn)
+		}
+		t.Run(rt.name+"/fast", func(t *testing.T) {
+			c := dial(t)
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := c.Write(append([]byte(head), body...))
+				wrote <- err
+			}()
+			readAnswer(t, c)
+			if err := <-wrote; err != nil {
+				t.Fatalf("writing the body: %v", err)
+			}
+			_ = c.CloseWrite()
+		})
+		t.Run(rt.name+"/slow", func(t *testing.T) {
+			c := dial(t)
+			if _, err := c.Write(append([]byte(head), body[:64<<10]...)); err != nil {
+				t.Fatal(err)
+			}
+			readAnswer(t, c)
+			// The rest, in pieces, after the answer: each lands.
+			for off := 64 << 10; off < len(body); off += 64 << 10 {
+				if _, err := c.Write(body[off:min(off+64<<10, len(body))]); err != nil {
+					t.Fatalf("writing the rest at %d: %v", off, err)
+				}
+			}
+			// Once the proxy has read it all and the client shuts its
+			// side, the proxy closes: a write now finds no reader. Before
+			// that, nothing was reset.
+			_ = c.CloseWrite()
+		})
+	}
 }

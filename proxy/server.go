@@ -8,11 +8,13 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -489,6 +491,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
 			message: fmt.Sprintf("The request body is larger than this proxy accepts (limits.max_body_bytes = %d).", s.cfg.Limits.MaxBodyBytes)})
+		s.lingerClose(ctx)
 	case errors.As(err, &small):
 		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, code: codeHeaderTooLarge,
 			message: fmt.Sprintf("The request line and headers are larger than this proxy accepts (limits.max_header_bytes = %d).", s.cfg.Limits.MaxHeaderBytes)})
@@ -499,6 +502,42 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, shape, apiError{status: fasthttp.StatusBadRequest, code: codeBadRequest,
 			message: "The request could not be parsed as HTTP."})
 	}
+}
+
+// Bounds of a lingering close (lingerClose): what is read and discarded
+// of a refused body at most, and for how long.
+const (
+	lingerBytes = 64 << 20
+	lingerTime  = 10 * time.Second
+)
+
+// lingerClose sends the answer in ctx at once, shuts the connection's
+// write side and then reads and discards what the client still sends (the
+// rest of a body too large to take) until it closes its side, lingerBytes
+// were read or lingerTime passed, as nginx's lingering_close does. A
+// server that closes with the client's bytes unread resets the
+// connection, and a client still writing its body then often never reads
+// the answer (ECONNRESET); after a shut write side it reads the answer and
+// EOF, and its writes land. The wait holds the connection's goroutine, as
+// a slow client would. fasthttp writes ctx's answer once more when this
+// returns; the write side is shut, so that write goes nowhere.
+func (s *Server) lingerClose(ctx *fasthttp.RequestCtx) {
+	c := ctx.Conn()
+	hc, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		return
+	}
+	ctx.Response.SetConnectionClose()
+	if s.srv.Name != "" {
+		ctx.Response.Header.SetServer(s.srv.Name)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.Limits.WriteTimeout.D()))
+	bw := bufio.NewWriterSize(c, 1024)
+	if ctx.Response.Write(bw) != nil || bw.Flush() != nil || hc.CloseWrite() != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, c, lingerBytes)
 }
 
 // fasthttpLogger sends fasthttp's own log lines to slog at debug level.
