@@ -584,3 +584,90 @@ func TestBodyTooLargeIsRead(t *testing.T) {
 		})
 	}
 }
+
+// heldStartStore holds the start of one thread's run until released.
+type heldStartStore struct {
+	store.Store
+	thread           string
+	entered, release chan struct{}
+}
+
+func (s *heldStartStore) StartRun(ctx context.Context, r store.StartRun) (*store.Started, error) {
+	if r.Key.Thread == s.thread {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.StartRun(ctx, r)
+}
+
+// TestGateOrderSurvivesSlowStart: on a gated connection the upstream sees
+// requests in the order they took their slots, whatever the store's
+// latency: a request whose run start is slow (held here until the test
+// lets it go) is not overtaken by one admitted after it, which waits for
+// it before going upstream. On both stores and a 3-master Redis Cluster.
+// One upstream connection (max_upstream_conns: 1) carries both requests,
+// so the order they are written in is the order the upstream reads them:
+// on two connections the upstream's own scheduling could swap two
+// requests written microseconds apart.
+func TestGateOrderSurvivesSlowStart(t *testing.T) {
+	waiting := make(chan struct{}, 16)
+	orderHook = func() { waiting <- struct{}{} }
+	t.Cleanup(func() { orderHook = nil })
+	stores := append(backends[:len(backends):len(backends)], struct {
+		name string
+		open func(t testing.TB) store.Store
+	}{"cluster", func(t testing.TB) store.Store {
+		c := redistest.StartCluster(t, 3)
+		st, err := redisstore.Open(context.Background(), redisstore.Options{URL: "redis+cluster://" + strings.Join(c.Addrs(), ",")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		return st
+	}})
+	for _, b := range stores {
+		t.Run(b.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var seen []string
+			got := make(chan string, 4)
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				mu.Lock()
+				seen = append(seen, r.Header.Get("X-Test-Order"))
+				mu.Unlock()
+				got <- r.Header.Get("X-Test-Order")
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+			}))
+			t.Cleanup(up.Close)
+			st := &heldStartStore{Store: b.open(t), thread: "t-order-a", entered: make(chan struct{}, 1), release: make(chan struct{})}
+			p := startProxyWith(t, nil, "connections:\n  - {name: gated, provider: openai, base_url: \""+up.URL+"\", max_concurrent: 2, max_upstream_conns: 1}\n", st)
+			url := p.URL + "/gated/v1/chat/completions"
+			req := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+			done := make(chan int, 2)
+			post := func(name string) {
+				resp, _ := do(t, "POST", url, req, "Authorization", "Bearer k-order", "X-Thread-Id", "t-order-"+name, "X-Test-Order", name)
+				done <- resp.StatusCode
+			}
+			go post("a")
+			<-st.entered // a holds the first slot, its start held
+			go post("b")
+			select {
+			case <-waiting: // b, admitted second, waits for a
+			case name := <-got:
+				t.Fatalf("%s reached the upstream while the request admitted before it was still starting", name)
+			}
+			close(st.release)
+			for i := 0; i < 2; i++ {
+				if code := <-done; code != 200 {
+					t.Fatalf("a request got %d", code)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Join(seen, ",") != "a,b" {
+				t.Fatalf("upstream order %v, want the slot order a,b", seen)
+			}
+		})
+	}
+}

@@ -199,6 +199,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	default:
 		ex.detach = up.cfg.OnDisconnect == "detach"
 	}
+	// Upstream in the order the gate's slots were taken.
+	ex.adm.order.await()
 	if err := ex.roundTrip(ctx, rest, cred, body); err != nil {
 		ex.upstreamFailed(ctx, err)
 		return
@@ -414,6 +416,13 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 		req.SetBodyStream(&ex.spliced, len(body)+len(ex.upInsert))
 		return
 	}
+	if ex.adm != nil && ex.adm.order.pending() {
+		// The next request of the gate's order may go once this one's
+		// body is being written: its connection is held by then.
+		ex.spliced = splicedBody{parts: [3][]byte{body}, started: ex.adm.order.give}
+		req.SetBodyStream(&ex.spliced, len(body))
+		return
+	}
 	req.SetBodyRaw(body)
 }
 
@@ -433,9 +442,19 @@ func (ex *exchange) upstreamBody(body []byte) []byte {
 type splicedBody struct {
 	parts [3][]byte
 	i     int
+	// started, when set, runs as the body is first read.
+	started func()
+}
+
+func (b *splicedBody) start() {
+	if b.started != nil {
+		b.started()
+		b.started = nil
+	}
 }
 
 func (b *splicedBody) Read(p []byte) (int, error) {
+	b.start()
 	for b.i < len(b.parts) && len(b.parts[b.i]) == 0 {
 		b.i++
 	}
@@ -448,6 +467,7 @@ func (b *splicedBody) Read(p []byte) (int, error) {
 }
 
 func (b *splicedBody) WriteTo(w io.Writer) (int64, error) {
+	b.start()
 	var total int64
 	for ; b.i < len(b.parts); b.i++ {
 		n, err := w.Write(b.parts[b.i])

@@ -118,6 +118,8 @@ type upstream struct {
 	prefix string // scheme://host[:port]/base, what the client's path is appended to
 	gate   limiter.Gate
 	keys   *limiter.KeyPool // nil in pass-through mode
+	// order keeps the gate's slot order on the way upstream.
+	order dispatchOrder
 
 	native    adapters.Adapter // the provider's own wire format
 	compat    adapters.Adapter // Gemini's OpenAI-compatible endpoint, on gemini connections
