@@ -671,3 +671,38 @@ func TestGateOrderSurvivesSlowStart(t *testing.T) {
 		})
 	}
 }
+
+// TestGateOrderBodiless: on a gated connection a request without a body
+// (a pass-through GET) lets the next one go as it is sent: a generate
+// request behind a GET the upstream holds goes upstream without waiting
+// for it.
+func TestGateOrderBodiless(t *testing.T) {
+	waiting := make(chan struct{}, 16)
+	orderHook = func() { waiting <- struct{}{} }
+	t.Cleanup(func() { orderHook = nil })
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			up := startHeldUpstream(t, 200, `{"object":"list","data":[]}`)
+			p := startProxyWith(t, nil, "connections:\n  - {name: gated, provider: openai, base_url: \""+up.url+"\", max_concurrent: 2}\n", b.open(t))
+			done := make(chan int, 2)
+			go func() {
+				resp, _ := do(t, "GET", p.URL+"/gated/v1/models", "", "Authorization", "Bearer k-order")
+				done <- resp.StatusCode
+			}()
+			<-up.got // the GET is upstream, held
+			go func() {
+				resp, _ := do(t, "POST", p.URL+"/gated/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+					"Authorization", "Bearer k-order", "X-Thread-Id", "t-bodiless")
+				done <- resp.StatusCode
+			}()
+			select {
+			case <-up.got: // the POST went upstream behind the held GET
+			case <-waiting:
+				t.Fatal("the POST waits for a GET that was already sent")
+			}
+			close(up.release)
+			<-done
+			<-done
+		})
+	}
+}

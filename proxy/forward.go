@@ -411,15 +411,23 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 	for _, h := range ex.extraHeaders {
 		req.Header.Set(h.Name, h.Value)
 	}
+	// On a gated connection the next request of the slots' order may go
+	// once this one's body is being written: its connection is held by
+	// then (a request without a body lets it go now).
+	var started func()
+	if ex.adm != nil && ex.adm.order.pending() {
+		if started = ex.adm.order.give; len(body) == 0 && ex.upInsert == nil {
+			started()
+			started = nil
+		}
+	}
 	if ex.upInsert != nil {
-		ex.spliced = splicedBody{parts: [3][]byte{body[:ex.upAt], ex.upInsert, body[ex.upAt:]}}
+		ex.spliced = splicedBody{parts: [3][]byte{body[:ex.upAt], ex.upInsert, body[ex.upAt:]}, started: started}
 		req.SetBodyStream(&ex.spliced, len(body)+len(ex.upInsert))
 		return
 	}
-	if ex.adm != nil && ex.adm.order.pending() {
-		// The next request of the gate's order may go once this one's
-		// body is being written: its connection is held by then.
-		ex.spliced = splicedBody{parts: [3][]byte{body}, started: ex.adm.order.give}
+	if started != nil {
+		ex.spliced = splicedBody{parts: [3][]byte{body}, started: started}
 		req.SetBodyStream(&ex.spliced, len(body))
 		return
 	}
