@@ -289,12 +289,29 @@ func TestRetryWaitsForRunInFlight(t *testing.T) {
 		{"ok", 200, `{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"held"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`},
 		{"error", 400, `{"error":{"message":"Invalid 'messages': held.","type":"invalid_request_error","param":"messages","code":null}}`},
 	}
+	// Each case runs on one replica, and on Redis also across two: the
+	// retry reaches another replica than the run's.
+	type setup struct {
+		name     string
+		replicas func(t *testing.T, cfg string) (first, retry *testProxy)
+	}
+	setups := []setup{}
 	for _, b := range backends {
+		setups = append(setups, setup{b.name, func(t *testing.T, cfg string) (*testProxy, *testProxy) {
+			p := startProxyWith(t, nil, cfg, b.open(t))
+			return p, p
+		}})
+	}
+	setups = append(setups, setup{"redis-two-replicas", func(t *testing.T, cfg string) (*testProxy, *testProxy) {
+		open := sharedRedis(t)
+		return startProxyWith(t, nil, cfg, open()), startProxyWith(t, nil, cfg, open())
+	}})
+	for _, b := range setups {
 		for _, a := range answers {
 			t.Run(b.name+"/"+a.name, func(t *testing.T) {
 				up := startHeldUpstream(t, a.status, a.body)
-				p := startProxyWith(t, nil, "connections:\n  - {name: held, provider: openai, base_url: \""+up.url+"\"}\n", b.open(t))
-				url := p.URL + "/held/v1/chat/completions"
+				p, p2 := b.replicas(t, "connections:\n  - {name: held, provider: openai, base_url: \""+up.url+"\"}\n")
+				url, url2 := p.URL+"/held/v1/chat/completions", p2.URL+"/held/v1/chat/completions"
 				req := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
 				h := []string{"Authorization", "Bearer k-held", "X-Thread-Id", "t-held", "X-Run-Id", "r-held"}
 				type answer struct {
@@ -308,7 +325,7 @@ func TestRetryWaitsForRunInFlight(t *testing.T) {
 				}()
 				<-up.got // the run is in flight upstream
 				go func() {
-					resp, body := do(t, "POST", url, req, h...)
+					resp, body := do(t, "POST", url2, req, h...)
 					retry <- answer{resp.StatusCode, body}
 				}()
 				select {
@@ -482,6 +499,22 @@ func TestLostRunEndsWithError(t *testing.T) {
 				checkLost("retry", blocks, false)
 				// A replay of the ended run.
 				checkLost("replay", nonComments(sseBlocks(t, readBody(t, follow(t, p, c.auth, k.Thread, l.RunID, "after", 0)))), true)
+			}
+			// A non-stream run lost the same way: its retry is a 502
+			// proxy_lost in the provider's shape, not a 409.
+			k := store.Key{Tenant: passThroughTenant([]byte("k-lost")), Thread: "t-lost-nonstream"}
+			body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+			if _, err := st.StartRun(ctx, store.StartRun{Key: k, RunID: "r-lost-nonstream", Owner: "replica-gone",
+				TTL: 3 * time.Second, Fingerprint: fingerprint([]byte(body)), Model: "gpt-4o"}); err != nil {
+				t.Fatal(err)
+			}
+			clock.ahead.Add(int64(time.Hour))
+			if _, err := st.Sweep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			resp, got := do(t, "POST", p.URL+"/openai/v1/chat/completions", body, "Authorization", "Bearer k-lost", "X-Thread-Id", k.Thread, "X-Run-Id", "r-lost-nonstream")
+			if resp.StatusCode != 502 || gjson.GetBytes(got, "error.code").String() != "proxy_lost" {
+				t.Fatalf("non-stream retry of a lost run: %d %s, want 502 proxy_lost", resp.StatusCode, got)
 			}
 		})
 	}
