@@ -290,6 +290,6 @@ func (s *Server) apiEvents(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 	ctx.Response.ImmediateHeaderFlush = true
 	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		s.streamEvents(w, conn, k, runID, after, true)
+		s.streamEvents(w, conn, k, runID, after, true, nil)
 	})
 }

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/valyala/fasthttp"
 )
 
 // runFeeds shares one store follower per run among all of this replica's
@@ -30,6 +32,10 @@ type runFeed struct {
 	mu     sync.Mutex
 	events []store.Event
 	done   bool
+	// lostAt, once done, is the sequence number of the error event that
+	// ends a run lost with its replica (proxy_lost): its log ends without
+	// the provider's end, and the feed tells its followers so. 0: not lost.
+	lostAt int64
 	wake   chan struct{} // closed (and replaced) when events arrive or the feed ends
 	refs   int
 	cancel context.CancelFunc
@@ -53,7 +59,7 @@ func (f *runFeeds) subscribe(k store.Key, runID string) *runFeed {
 	feed := &runFeed{key: key, wake: make(chan struct{}), refs: 1, cancel: cancel}
 	f.feeds[key] = feed
 	go func() {
-		_ = f.st.FollowEvents(ctx, k, runID, 0, func(e store.Event) error {
+		err := f.st.FollowEvents(ctx, k, runID, 0, func(e store.Event) error {
 			ev := store.Event{Seq: e.Seq, Data: append([]byte(nil), e.Data...)}
 			feed.mu.Lock()
 			feed.events = append(feed.events, ev)
@@ -62,17 +68,34 @@ func (f *runFeeds) subscribe(k store.Key, runID string) *runFeed {
 			feed.mu.Unlock()
 			return nil
 		})
+		lostAt := int64(0)
+		if err == nil {
+			lostAt = f.lostAt(k, runID)
+		}
 		f.mu.Lock()
 		if f.feeds[key] == feed {
 			delete(f.feeds, key) // a later follower starts afresh from the store
 		}
 		f.mu.Unlock()
 		feed.mu.Lock()
-		feed.done = true
+		feed.done, feed.lostAt = true, lostAt
 		close(feed.wake)
 		feed.mu.Unlock()
 	}()
 	return feed
+}
+
+// lostAt reports, for a run whose log has ended, the sequence number its
+// proxy_lost error event takes (one past its last event), or 0 when the
+// run was not lost with its replica.
+func (f *runFeeds) lostAt(k store.Key, runID string) int64 {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	run, err := f.st.GetRun(rctx, k, runID)
+	if err != nil || run.Status != store.Failed || run.Reason != store.ReasonProxyLost {
+		return 0
+	}
+	return run.Events + 1
 }
 
 // unsubscribe drops one follower; the last one stops the store follower.
@@ -86,6 +109,14 @@ func (f *runFeeds) unsubscribe(feed *runFeed) {
 		}
 		feed.cancel()
 	}
+}
+
+// ended reports, once the feed is done, the sequence number of the lost
+// run's error event (see lostAt).
+func (feed *runFeed) ended() int64 {
+	feed.mu.Lock()
+	defer feed.mu.Unlock()
+	return feed.lostAt
 }
 
 // from returns the events after seq `after` starting at index hint, whether
@@ -104,8 +135,10 @@ func (feed *runFeed) from(after int64, idx int) ([]store.Event, int, bool, <-cha
 // is preceded by "id: <seq>" (the events endpoint); without, the events go
 // out as the provider sent them (a retry answered from the store). Each
 // flush carries its own write deadline, and heartbeats find a client that
-// left while the run is silent.
-func (s *Server) streamEvents(w *bufio.Writer, conn net.Conn, k store.Key, runID string, after int64, ids bool) {
+// left while the run is silent. A run lost with its replica (proxy_lost)
+// ends with an error event in the caller's provider shape (ad; nil: the
+// thread's format), so the client knows to start again.
+func (s *Server) streamEvents(w *bufio.Writer, conn net.Conn, k store.Key, runID string, after int64, ids bool, ad adapters.Adapter) {
 	feed := s.feeds.subscribe(k, runID)
 	defer s.feeds.unsubscribe(feed)
 	writeTimeout := s.cfg.Limits.WriteTimeout.D()
@@ -141,6 +174,10 @@ func (s *Server) streamEvents(w *bufio.Writer, conn net.Conn, k store.Key, runID
 			}
 		}
 		if done {
+			if lost := feed.ended(); lost > 0 {
+				s.writeLost(w, k, lost, ids, ad)
+				_ = flush()
+			}
 			return
 		}
 		select {
@@ -152,4 +189,41 @@ func (s *Server) streamEvents(w *bufio.Writer, conn net.Conn, k store.Key, runID
 			beat.Reset(s.cfg.Limits.Heartbeat.D())
 		}
 	}
+}
+
+// writeLost writes the error event that ends a run lost with its replica:
+// in ad's shape, or in the thread's format's when ad is nil (the events
+// endpoint, which names no connection); with ids, under "id: <seq>".
+func (s *Server) writeLost(w *bufio.Writer, k store.Key, seq int64, ids bool, ad adapters.Adapter) {
+	if ad == nil {
+		ad = s.threadAdapter(k)
+	}
+	ev := ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeProxyLost, proxyLostMessage)
+	if ids {
+		eol := "\n"
+		if bytes.Contains(ev, []byte("\r\n")) {
+			eol = "\r\n"
+		}
+		_, _ = w.WriteString("id: " + strconv.FormatInt(seq, 10) + eol)
+	}
+	_, _ = w.Write(ev)
+}
+
+// threadAdapter is an adapter of the thread's wire format, for chronicle's
+// own events where no connection names one (OpenAI chat's when the thread
+// cannot be read).
+func (s *Server) threadAdapter(k store.Key) adapters.Adapter {
+	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
+	defer cancel()
+	th, err := s.store.LoadThread(rctx, k)
+	if err != nil {
+		return openAIAdapter
+	}
+	switch adapters.Format(th.Format) {
+	case adapters.FormatGemini:
+		return geminiAdapter
+	case adapters.FormatOpenAIResponses:
+		return responsesAdapter
+	}
+	return openAIAdapter
 }

@@ -105,6 +105,9 @@ type exchange struct {
 	upAt     int
 	// spliced is the upstream request's body stream when upInsert is set.
 	spliced splicedBody
+	// awaitRun names the run in flight that a non-stream retry (its
+	// X-Run-Id) is answered from once it ends (answerWhenEnded).
+	awaitRun *store.RunRef
 }
 
 // upBodyPool recycles the buffers upstream bodies are built in (the
@@ -183,6 +186,9 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 		if !ok {
 			adm.refund()
 			ex.release()
+			if ex.awaitRun != nil {
+				s.answerWhenEnded(ctx, ex)
+			}
 			return
 		}
 	}
@@ -193,6 +199,8 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	default:
 		ex.detach = up.cfg.OnDisconnect == "detach"
 	}
+	// Upstream in the order the gate's slots were taken.
+	ex.adm.order.await()
 	if err := ex.roundTrip(ctx, rest, cred, body); err != nil {
 		ex.upstreamFailed(ctx, err)
 		return
@@ -426,9 +434,24 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 	for _, h := range ex.extraHeaders {
 		req.Header.Set(h.Name, h.Value)
 	}
+	// On a gated connection the next request of the slots' order may go
+	// once this one's body is being written: its connection is held by
+	// then (a request without a body lets it go now).
+	var started func()
+	if ex.adm != nil && ex.adm.order.pending() {
+		if started = ex.adm.order.give; len(body) == 0 && ex.upInsert == nil {
+			started()
+			started = nil
+		}
+	}
 	if ex.upInsert != nil {
-		ex.spliced = splicedBody{parts: [3][]byte{body[:ex.upAt], ex.upInsert, body[ex.upAt:]}}
+		ex.spliced = splicedBody{parts: [3][]byte{body[:ex.upAt], ex.upInsert, body[ex.upAt:]}, started: started}
 		req.SetBodyStream(&ex.spliced, len(body)+len(ex.upInsert))
+		return
+	}
+	if started != nil {
+		ex.spliced = splicedBody{parts: [3][]byte{body}, started: started}
+		req.SetBodyStream(&ex.spliced, len(body))
 		return
 	}
 	req.SetBodyRaw(body)
@@ -450,9 +473,19 @@ func (ex *exchange) upstreamBody(body []byte) []byte {
 type splicedBody struct {
 	parts [3][]byte
 	i     int
+	// started, when set, runs as the body is first read.
+	started func()
+}
+
+func (b *splicedBody) start() {
+	if b.started != nil {
+		b.started()
+		b.started = nil
+	}
 }
 
 func (b *splicedBody) Read(p []byte) (int, error) {
+	b.start()
 	for b.i < len(b.parts) && len(b.parts[b.i]) == 0 {
 		b.i++
 	}
@@ -465,6 +498,7 @@ func (b *splicedBody) Read(p []byte) (int, error) {
 }
 
 func (b *splicedBody) WriteTo(w io.Writer) (int64, error) {
+	b.start()
 	var total int64
 	for ; b.i < len(b.parts); b.i++ {
 		n, err := w.Write(b.parts[b.i])

@@ -21,6 +21,9 @@ type admission struct {
 	streamSlot, slot   limiter.Slot
 	key                *limiter.KeyLease
 	released           bool
+	// order is the request's place in the connection's dispatch order
+	// (with a gate slot; nil without).
+	order *orderTicket
 }
 
 // admit applies rate limits, then the tenant's stream cap, then the
@@ -92,6 +95,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool
 			return nil, false
 		}
 		a.slot = slot
+		a.order = &orderTicket{d: &ex.up.order, t: ex.up.order.take()}
 	}
 	if ex.up.keys != nil {
 		lease, err := ex.up.keys.Acquire()
@@ -169,6 +173,7 @@ func (a *admission) refund() {
 }
 
 func (a *admission) releaseSlots() {
+	a.order.give()
 	if a.slot != nil {
 		a.slot.Release()
 	}

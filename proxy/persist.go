@@ -63,6 +63,9 @@ type turn struct {
 	resolve          []string        // its interrupts answered by a result
 	cancel           []string        // its interrupts repair had to answer
 
+	// threadFound: the thread had a stored transcript when the run
+	// started (false on its first turn).
+	threadFound bool
 	// ownThread: the client named the thread (X-Thread-Id). Without one
 	// the session id is the connection's per-model one, so a client that
 	// never names threads still keeps its provider cache warm.
@@ -179,6 +182,22 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 			message: "The request body is not valid JSON."})
 		return nil, nil, false
 	}
+	if !ok {
+		// No history array: a body without one continues the stored
+		// thread; one that is not an object, or whose history is not an
+		// array, is refused before any run exists.
+		if msg := adapters.ShapeProblem(ad.Format(), body); msg != "" {
+			writeError(ctx, ad, apiError{status: 400, code: codeBadRequest, message: msg})
+			return nil, nil, false
+		}
+	}
+	if status, refusal, refused := adapters.MissingModel(ad, ex.op.Model); refused {
+		// The provider's own answer, without a run or a round trip.
+		ctx.SetStatusCode(status)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(refusal)
+		return nil, nil, false
+	}
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
@@ -236,6 +255,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		return nil, nil, false
 	}
 	t.lease = started.Lease
+	t.threadFound = started.ThreadFound
 	if started.ThreadFound {
 		s.threads.counted(started.Unchanged && kept != nil)
 	}
@@ -773,6 +793,7 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 	// Field by field: a composite literal is built in the frame first.
 	f.EventsFrom, f.Events = fr.tail.first, fr.tail.events
 	f.Response, f.UpstreamBody = o.response, t.upstreamBody
+	f.AnswerStatus = o.status
 	f.Repairs, f.Restored, f.InterruptedCalls = t.repairs, t.restored, t.interrupted
 	f.SessionID, f.Model = t.sessionID, t.model
 	f.Resolve, f.Cancel, f.Resumes = t.resolve, t.cancel, t.resumes
@@ -818,6 +839,13 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 		} else {
 			fr.tr = t.transcriptFrom(t.storedHashes, fr.parts, fr.hashes)
 		}
+		f.Transcript = &fr.tr
+	}
+	if f.Transcript == nil && !t.threadFound && !pendingSaved {
+		// A thread's first run that ends without a reply still makes the
+		// thread, holding the input it sent (as a stream's pending turn
+		// does), so the run and its error can be read.
+		fr.tr = t.transcriptFrom(nil, t.parts, t.hashes)
 		f.Transcript = &fr.tr
 	}
 	return fr
@@ -998,29 +1026,25 @@ func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store
 			s.storeError(ctx, err, "run")
 			return
 		}
-		if run.Status.Ended() && run.Response != nil {
-			ctx.SetStatusCode(200)
-			ctx.SetContentType("application/json")
-			ctx.SetBody(run.Response)
+		if !run.Status.Ended() {
+			// forward waits for its end, once the request's admission
+			// is given back (answerWhenEnded).
+			ex.awaitRun = &store.RunRef{Key: k, RunID: runID}
 			return
 		}
-		if run.Status.Ended() && run.Error != nil {
-			ctx.SetStatusCode(502)
-			ctx.SetContentType("application/json")
-			ctx.SetBody(run.Error)
-			return
-		}
-		writeError(ctx, ex.ad, apiError{status: 409, code: "run_in_progress", retryAfter: 1,
-			message: "This X-Run-Id names a run that has not finished, or that left no answer to replay."})
+		answerEnded(ctx, ex.ad, &run)
+		return
+	}
+	if s.answeredBeforeEvents(ctx, ex, k, runID) {
 		return
 	}
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.ImmediateHeaderFlush = true
-	conn := ctx.Conn()
+	conn, ad := ctx.Conn(), ex.ad
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		s.streamEvents(w, conn, k, runID, 0, false)
+		s.streamEvents(w, conn, k, runID, 0, false, ad)
 	})
 }
 

@@ -8,11 +8,13 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -95,6 +97,9 @@ type Server struct {
 	feeds *runFeeds
 	// sessionIDs caches the per-(connection, model) session ids.
 	sessionIDs sync.Map
+	// readyPing is the readiness ping in flight, if any (pingStore).
+	readyMu   sync.Mutex
+	readyPing *storePing
 }
 
 func localKey(k store.Key, runID string) string { return k.Tenant + "\x00" + k.Thread + "\x00" + runID }
@@ -113,6 +118,8 @@ type upstream struct {
 	prefix string // scheme://host[:port]/base, what the client's path is appended to
 	gate   limiter.Gate
 	keys   *limiter.KeyPool // nil in pass-through mode
+	// order keeps the gate's slot order on the way upstream.
+	order dispatchOrder
 
 	native    adapters.Adapter // the provider's own wire format
 	compat    adapters.Adapter // Gemini's OpenAI-compatible endpoint, on gemini connections
@@ -121,8 +128,9 @@ type upstream struct {
 
 // Adapters shared by every connection of a kind; they are immutable.
 var (
-	openAIAdapter = adapters.NewOpenAIChat(adapters.OpenAI)
-	geminiAdapter = adapters.NewGemini()
+	openAIAdapter    = adapters.NewOpenAIChat(adapters.OpenAI)
+	geminiAdapter    = adapters.NewGemini()
+	responsesAdapter = adapters.NewResponses(adapters.ResponsesOpenAI)
 )
 
 func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *upstream {
@@ -418,9 +426,7 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if s.store != nil {
-		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := s.store.Ping(c); err != nil {
+		if err := s.pingStore(readyTimeout); err != nil {
 			s.log.Warn("readiness check failed", "err", err)
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 			ctx.SetBodyString(`{"status":"store_unavailable"}`)
@@ -428,6 +434,51 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	ctx.SetBodyString(`{"status":"ok"}`)
+}
+
+// readyTimeout bounds /readyz's store ping.
+const readyTimeout = 2 * time.Second
+
+// errPingTimeout: the store did not answer a readiness ping in time.
+var errPingTimeout = errors.New("proxy: the store did not answer the readiness ping in time")
+
+// storePing is one readiness ping in flight.
+type storePing struct {
+	done chan struct{}
+	err  error
+}
+
+// pingStore pings the store and waits at most timeout for the answer. The
+// wait does not rely on the store honouring the context: a Redis server
+// that hangs (SIGSTOP, a full disk) holds a read until the client's own
+// read timeout, longer than a readiness probe waits. One ping runs at a
+// time; /readyz calls that arrive meanwhile wait for that one, so a hung
+// store costs one goroutine, not one per probe.
+func (s *Server) pingStore(timeout time.Duration) error {
+	s.readyMu.Lock()
+	p := s.readyPing
+	if p == nil {
+		p = &storePing{done: make(chan struct{})}
+		s.readyPing = p
+		go func() {
+			c, cancel := context.WithTimeout(context.Background(), timeout)
+			p.err = s.store.Ping(c)
+			cancel()
+			s.readyMu.Lock()
+			s.readyPing = nil
+			s.readyMu.Unlock()
+			close(p.done)
+		}()
+	}
+	s.readyMu.Unlock()
+	wait := time.NewTimer(timeout)
+	defer wait.Stop()
+	select {
+	case <-p.done:
+		return p.err
+	case <-wait.C:
+		return errPingTimeout
+	}
 }
 
 // handleParseError answers requests fasthttp could not read: too large a
@@ -446,6 +497,7 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
 			message: fmt.Sprintf("The request body is larger than this proxy accepts (limits.max_body_bytes = %d).", s.cfg.Limits.MaxBodyBytes)})
+		s.lingerClose(ctx)
 	case errors.As(err, &small):
 		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, code: codeHeaderTooLarge,
 			message: fmt.Sprintf("The request line and headers are larger than this proxy accepts (limits.max_header_bytes = %d).", s.cfg.Limits.MaxHeaderBytes)})
@@ -456,6 +508,42 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, shape, apiError{status: fasthttp.StatusBadRequest, code: codeBadRequest,
 			message: "The request could not be parsed as HTTP."})
 	}
+}
+
+// Bounds of a lingering close (lingerClose): what is read and discarded
+// of a refused body at most, and for how long.
+const (
+	lingerBytes = 64 << 20
+	lingerTime  = 10 * time.Second
+)
+
+// lingerClose sends the answer in ctx at once, shuts the connection's
+// write side and then reads and discards what the client still sends (the
+// rest of a body too large to take) until it closes its side, lingerBytes
+// were read or lingerTime passed, as nginx's lingering_close does. A
+// server that closes with the client's bytes unread resets the
+// connection, and a client still writing its body then often never reads
+// the answer (ECONNRESET); after a shut write side it reads the answer and
+// EOF, and its writes land. The wait holds the connection's goroutine, as
+// a slow client would. fasthttp writes ctx's answer once more when this
+// returns; the write side is shut, so that write goes nowhere.
+func (s *Server) lingerClose(ctx *fasthttp.RequestCtx) {
+	c := ctx.Conn()
+	hc, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		return
+	}
+	ctx.Response.SetConnectionClose()
+	if s.srv.Name != "" {
+		ctx.Response.Header.SetServer(s.srv.Name)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.Limits.WriteTimeout.D()))
+	bw := bufio.NewWriterSize(c, 1024)
+	if ctx.Response.Write(bw) != nil || bw.Flush() != nil || hc.CloseWrite() != nil {
+		return
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, c, lingerBytes)
 }
 
 // fasthttpLogger sends fasthttp's own log lines to slog at debug level.

@@ -224,6 +224,10 @@ type Run struct {
 	FinishedAt time.Time // zero while running
 	Usage      *Usage    // nil when the upstream reported none
 	Error      []byte    // upstream error body
+	// AnswerStatus is the HTTP status the client was answered with (the
+	// upstream's, or chronicle's own for a failure before one); 0 when
+	// not recorded.
+	AnswerStatus int
 	// InterruptedCalls, Repairs and Restored are opaque JSON arrays.
 	InterruptedCalls []byte
 	Repairs          []byte
@@ -341,6 +345,9 @@ type Finish struct {
 	// UpstreamBody is the request body sent upstream, stored with the run
 	// for audit (audit.upstream_body); nil: not kept.
 	UpstreamBody []byte
+	// AnswerStatus is the HTTP status the client was answered with; 0:
+	// not recorded (Run.AnswerStatus).
+	AnswerStatus int
 	// Set when non-nil.
 	InterruptedCalls []byte
 	Repairs          []byte

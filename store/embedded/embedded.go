@@ -242,6 +242,7 @@ type runRec struct {
 	Finished         int64        `json:"fin,omitempty"`
 	Usage            *store.Usage `json:"usage,omitempty"`
 	Error            []byte       `json:"err,omitempty"`
+	AnswerStatus     int          `json:"hs,omitempty"`
 	InterruptedCalls []byte       `json:"ic,omitempty"`
 	Repairs          []byte       `json:"rep,omitempty"`
 	Restored         []byte       `json:"rst,omitempty"`
@@ -262,7 +263,7 @@ func (r *runRec) toRun(k store.Key, id string) store.Run {
 	return store.Run{
 		ID: id, Key: k, Status: r.Status, Reason: r.Reason, Model: r.Model,
 		StartedAt: fromMS(r.Started), FinishedAt: fromMS(r.Finished), Usage: r.Usage,
-		Error: r.Error, InterruptedCalls: r.InterruptedCalls, Repairs: r.Repairs, Restored: r.Restored,
+		Error: r.Error, AnswerStatus: r.AnswerStatus, InterruptedCalls: r.InterruptedCalls, Repairs: r.Repairs, Restored: r.Restored,
 		SessionID: r.SessionID, Partial: r.Partial, Interrupts: []store.Interrupt{},
 		LeaseOwner: r.LeaseOwner, LeaseToken: r.LeaseToken, LeaseExpires: fromMS(r.LeaseExp),
 		DetachedSince: fromMS(r.Detached), CancelRequested: r.Cancel, ResumedBy: r.ResumedBy,

@@ -471,7 +471,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 
 func applyFinish(r *runRec, f *store.Finish, now int64) {
 	r.Status, r.Reason, r.Finished = f.Status, f.Reason, now
-	r.Error, r.Usage = f.Error, f.Usage
+	r.Error, r.Usage, r.AnswerStatus = f.Error, f.Usage, f.AnswerStatus
 	if f.Model != "" {
 		r.Model = f.Model
 	}

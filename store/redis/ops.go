@@ -562,7 +562,7 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 	} else {
 		args = append(args, "0", 0, 0, 0, 0)
 	}
-	args = append(args, f.Model)
+	args = append(args, f.Model, f.AnswerStatus)
 	if len(f.Events) > 0 {
 		// Ahead of the finish script, in the same round trip. Its answer
 		// is not read: a gap drops the events (store.Finish), and a fenced
@@ -697,7 +697,7 @@ func parseRun(k store.Key, id string, h map[string]string) store.Run {
 		InterruptedCalls: bytesOf("ic"), Repairs: bytesOf("rep"), Restored: bytesOf("rst"), Partial: bytesOf("partial"),
 		Interrupts: []store.Interrupt{}, LeaseOwner: h["lown"], LeaseToken: i64("ltok"), LeaseExpires: fromMS(h["lexp"]),
 		DetachedSince: fromMS(h["det"]), CancelRequested: h["cancel"] == "1", ResumedBy: h["rby"], Fingerprint: h["fp"],
-		Events: i64("ev"), Response: bytesOf("resp"), UpstreamBody: bytesOf("up")}
+		Events: i64("ev"), Response: bytesOf("resp"), UpstreamBody: bytesOf("up"), AnswerStatus: int(i64("hs"))}
 	if _, ok := h["ui"]; ok {
 		r.Usage = &store.Usage{InputTokens: i64("ui"), OutputTokens: i64("uo"), CachedTokens: i64("uc"), ReasoningTokens: i64("ur")}
 	}

@@ -359,7 +359,7 @@ if KEYS[2] then thr, tenant, tt = nx(), nx(), nx() end
 local run, tok, now, status, reason = nx(), nx(), nx(), nx(), nx()
 local errf, err = nx(), nx()
 local uf, ui, uo, uc, ur = nx(), nx(), nx(), nx(), nx()
-local model = nx()
+local model, hs = nx(), nx()
 local pf, partial = nx(), nx()
 local respf, resp = nx(), nx()
 local upf, up = nx(), nx()
@@ -432,6 +432,7 @@ local function finish()
     end
   end
   if model ~= '' then put('model', model) end
+  if hs ~= '0' then put('hs', hs) end
   if pf == '1' then put('partial', partial) end
   -- A body flagged '2' was staged (like a large message): it moves to a
   -- key of the run's own, and its field says so with '\0'.

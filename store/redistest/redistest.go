@@ -287,3 +287,28 @@ func (c *Cluster) ClusterClient(t testing.TB) *redis.ClusterClient {
 	t.Cleanup(func() { cl.Close() })
 	return cl
 }
+
+// Pause stops the server with SIGSTOP: it keeps its connections and its
+// port but answers nothing (a hung server) until Resume. Kill still ends
+// it.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	s.signal(t, syscall.SIGSTOP)
+}
+
+// Resume lets a paused server run again (SIGCONT).
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	s.signal(t, syscall.SIGCONT)
+}
+
+func (s *Server) signal(t testing.TB, sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		t.Fatalf("redistest: signal %v: the server on %s was killed", sig, s.Addr)
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("redistest: signal %v to the server on %s: %v", sig, s.Addr, err)
+	}
+}

@@ -810,9 +810,17 @@ func testEvents(t *testing.T, h *harness) {
 	}
 	// A run with no events ends at once.
 	l2 := h.start(k, "empty")
-	h.finish(l2, store.Finish{Status: store.Failed, Error: []byte(`{"error":{}}`)})
+	h.finish(l2, store.Finish{Status: store.Failed, Error: []byte(`{"error":{}}`), AnswerStatus: 400})
 	if got := collect(t, h, k, "empty", 0); len(got) != 0 {
 		t.Fatalf("empty run: %d events", len(got))
+	}
+	// The status the client was answered with is kept, for a retry that
+	// answers the same.
+	if r := h.run(k, "empty"); r.AnswerStatus != 400 || string(r.Error) != `{"error":{}}` {
+		t.Fatalf("empty run: answer %d %s, want 400 and its error", r.AnswerStatus, r.Error)
+	}
+	if r := h.run(k, "r"); r.AnswerStatus != 0 {
+		t.Fatalf("a run finished without an answer status has %d", r.AnswerStatus)
 	}
 	err := h.s.FollowEvents(h.ctx, k, "nope", 0, func(store.Event) error { return nil })
 	wantErr(t, "follow unknown run", err, store.ErrNotFound)
