@@ -171,7 +171,7 @@ func (f *faultRun) drive(pause bool) {
 	f.faulted = true
 	f.inFlightAtHit = int64(len(f.startedBefore))
 	if pause {
-		f.rd.Pause()
+		f.rd.Pause(f.t)
 	} else {
 		f.rd.Kill()
 	}
@@ -179,7 +179,7 @@ func (f *faultRun) drive(pause bool) {
 	f.mu.Unlock()
 	<-f.faultEnded
 	if pause {
-		f.rd.Resume()
+		f.rd.Resume(f.t)
 	} else {
 		f.rd.Restart(f.t)
 	}

@@ -119,21 +119,6 @@ func (s *Server) Restart(t testing.TB) {
 	s.mu.Unlock()
 }
 
-// Pause stops the server with SIGSTOP: it holds its connections open and
-// answers nothing, as a Redis stuck on a slow disk or a long fork does.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
-
-// Resume continues a paused server (SIGCONT).
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
-		_ = s.cmd.Process.Signal(sig)
-	}
-}
-
 func startIn(bin, dir string, port int, extraArgs []string) (*Server, error) {
 	args := []string{
 		"--port", strconv.Itoa(port),
