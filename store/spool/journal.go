@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/store"
@@ -136,6 +137,12 @@ func openJournal(dir string, fsync bool) (j *journal, entries []*entry, torn boo
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("spool: %w", err)
 	}
+	// One process per journal: two replicas appending to one file, or
+	// replaying it both, would interleave their records.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, nil, false, fmt.Errorf("spool: %s is in use by another process (each replica needs a journal of its own): %w", path, err)
+	}
 	entries, good, rerr := readRecords(f)
 	if rerr != nil {
 		torn = true
@@ -205,6 +212,12 @@ func (j *journal) rewrite(entries []*entry) error {
 	if d, err := os.Open(filepath.Dir(j.path)); err == nil {
 		_ = d.Sync()
 		d.Close()
+	}
+	// The renamed file is the journal now: it takes the lock over before
+	// the old one (and its lock) goes.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("spool: locking the rewritten journal: %w", err)
 	}
 	j.f.Close()
 	j.f, j.size = f, size
