@@ -252,6 +252,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		// Upstream header names pass back as the provider spelled them.
 		DisableHeaderNamesNormalizing: false,
 		Logger:                        fasthttpLogger{log},
+		// Errors about a request fasthttp could not read leave its raw
+		// buffer (client keys and all) out; what they still quote (the
+		// request line, a bad header line) is redacted by fasthttpLogger.
+		SecureErrorLogMessage: true,
 	}
 	return s, nil
 }
@@ -454,9 +458,11 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	}
 }
 
-// fasthttpLogger sends fasthttp's own log lines to slog at debug level.
+// fasthttpLogger sends fasthttp's own log lines to slog at debug level,
+// with client credentials redacted: a line about a request it could not
+// parse quotes parts of that request.
 type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+	l.log.Debug(redactCredentials(fmt.Sprintf(format, args...)), "component", "fasthttp")
 }
