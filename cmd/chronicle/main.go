@@ -63,7 +63,9 @@ func parseFlags(fs *flag.FlagSet, usage string, stdout, stderr io.Writer, parse 
 }
 
 // isHelp reports whether arg asks for help.
-func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help" }
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
