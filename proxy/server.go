@@ -228,6 +228,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.conns[c.Name] = up
 	}
 	s.metrics.registerGates(s)
+	s.metrics.registerConnections(connectionNames(cfg))
 	s.metrics.registerThreadCache(s.threads)
 	s.metricsHandler = s.metrics.handler()
 	l := cfg.Limits
@@ -258,6 +259,14 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		SecureErrorLogMessage: true,
 	}
 	return s, nil
+}
+
+func connectionNames(cfg *config.Config) []string {
+	names := make([]string, len(cfg.Connections))
+	for i := range cfg.Connections {
+		names[i] = cfg.Connections[i].Name
+	}
+	return names
 }
 
 // newHostClient makes the HTTP client for one upstream. It streams response
