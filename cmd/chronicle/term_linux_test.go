@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -82,4 +84,22 @@ func TestIsTerminal(t *testing.T) {
 			t.Errorf("a %s is a terminal", name)
 		}
 	}
+}
+
+// TestThreadsExportProgressOnTerminal: with stderr on a terminal, export -o
+// draws its progress bar (with stderr elsewhere it writes one line at the
+// end: TestThreadsExportAndRm).
+func TestThreadsExportProgressOnTerminal(t *testing.T) {
+	sources(t, 40, func(t *testing.T, src []string) {
+		file := filepath.Join(t.TempDir(), "out.jsonl")
+		code, errOut := runOnTerminal(t, append([]string{"threads", "export", "-o", file, "--tenant", "bulk"}, src...)...)
+		if code != 0 || !strings.Contains(errOut, "\rexport [##############################] 40/40 threads") {
+			t.Fatalf("progress bar: %d %q", code, errOut)
+		}
+		// A text filter: the total is unknown, the count still shows.
+		code, errOut = runOnTerminal(t, append([]string{"threads", "export", "-o", file, "--q", "bulk message 7"}, src...)...)
+		if code != 0 || !strings.Contains(errOut, "\rexport 1 threads") {
+			t.Fatalf("export --q: %d %q", code, errOut)
+		}
+	})
 }

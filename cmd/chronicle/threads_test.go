@@ -207,16 +207,6 @@ func TestThreadsExportAndRm(t *testing.T) {
 				t.Fatalf("bad line %q", l)
 			}
 		}
-		// On a terminal, the progress bar.
-		code, errOut = runOnTerminal(t, append([]string{"threads", "export", "-o", file, "--tenant", "bulk"}, src...)...)
-		if code != 0 || !strings.Contains(errOut, "\rexport [##############################] 40/40 threads") {
-			t.Fatalf("progress bar: %d %q", code, errOut)
-		}
-		// A text filter: the total is unknown, the count still shows.
-		code, errOut = runOnTerminal(t, append([]string{"threads", "export", "-o", file, "--q", "bulk message 7"}, src...)...)
-		if code != 0 || !strings.Contains(errOut, "\rexport 1 threads") {
-			t.Fatalf("export --q: %d %q", code, errOut)
-		}
 		// One thread, to stdout.
 		code, out, _ = runCLI(t, append([]string{"threads", "export", "acme", "tool-thread"}, src...)...)
 		if code != 0 || strings.Count(out, "\n") != 1 || gjson.Get(out, "id").String() != "tool-thread" {
