@@ -313,15 +313,6 @@ func plausibleModel(s string) bool {
 	return true
 }
 
-// modelLabel is the label model's tokens are counted under on connection.
-func (m *serverMetrics) modelLabel(connection, model string) string {
-	c := m.conn(connection)
-	if s := m.modelSeries(c, model); s != c.other {
-		return model
-	}
-	return "other"
-}
-
 // observeTokens adds a turn's usage.
 func (m *serverMetrics) observeTokens(connection, model string, in, out, cached, reasoning int64) {
 	c := m.conn(connection)
