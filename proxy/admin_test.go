@@ -40,6 +40,9 @@ type seedRun struct {
 	status store.Status
 	model  string
 	usage  *store.Usage
+	// resumes: this run answers the previous run's pending call and
+	// resumes it.
+	resumes bool
 }
 
 // seedThread is a thread written straight through the store API (StartRun
@@ -91,6 +94,10 @@ func seed(t testing.TB, st store.Store, s seedThread) {
 		}
 		if r.status == store.Interrupted {
 			f.Interrupts = []store.Interrupt{{CallID: fmt.Sprintf("call_%d", i), Name: "get_weather", Status: store.Pending}}
+		}
+		if r.resumes && i > 0 {
+			f.Resolve = []string{fmt.Sprintf("call_%d", i-1)}
+			f.Resumes = fmt.Sprintf("%s-r%d", s.key.Thread, i-1)
 		}
 		if err := st.Finish(ctx, started.Lease, &f); err != nil {
 			t.Fatalf("seed %s: finish: %v", s.key, err)

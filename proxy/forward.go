@@ -304,6 +304,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
 			return err
 		}
+		ex.s.metrics.observeTTFB(up.cfg.Name, up.cfg.Timeouts.FirstByte.D(), deadline)
 		ex.liftFirstByteDeadline()
 		status := ex.resp.StatusCode()
 		if !limiter.Retryable(status) {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,17 +18,27 @@ import (
 // serverMetrics are the proxy's Prometheus metrics, on a registry of the
 // Server's own. No label carries a thread or tenant id; model labels are
 // capped per connection so a client cannot grow the series without bound.
+//
+// The request path never looks a series up by its label values: each
+// connection's series (connMetrics) are resolved once, at start or at a
+// label combination's first use, and kept in maps keyed by what the path
+// already holds, so recording costs no allocation (TestMetricsHotPathAllocs).
+// Counters with known label values (rejection reasons, store operations, run
+// statuses) exist from the start at 0, so a rate() over them is defined
+// before the first event.
 type serverMetrics struct {
 	reg *prometheus.Registry
 
 	requests     *prometheus.CounterVec   // connection, route, status
-	latency      *prometheus.HistogramVec // connection, route
+	latency      *prometheus.HistogramVec // connection, route, status
 	tokens       *prometheus.CounterVec   // connection, model, kind
 	runsByStatus *prometheus.CounterVec   // status
 	rejections   *prometheus.CounterVec   // connection, reason
 	queueWaitH   *prometheus.HistogramVec // connection
 	storeOps     *prometheus.HistogramVec // op
 	storeErrs    *prometheus.CounterVec   // op
+	ttfb         *prometheus.HistogramVec // connection
+	streams      *prometheus.GaugeVec     // connection
 	eventsTeed   prometheus.Counter
 	eventLogLag  prometheus.Histogram
 	retriesC     prometheus.Counter
@@ -36,7 +47,13 @@ type serverMetrics struct {
 
 	faults storeFaultMetrics
 
-	models sync.Map // connection → *modelSet
+	// conns holds each connection's resolved series ("" is chronicle's own
+	// API); stores and runCounters each known store operation's and run
+	// status's.
+	connMu      sync.RWMutex
+	conns       map[string]*connMetrics
+	stores      map[string]storeSeries
+	runCounters map[store.Status]prometheus.Counter
 
 	// Plain counts tests read without a scrape.
 	storeErrors atomic.Int64
@@ -45,18 +62,61 @@ type serverMetrics struct {
 	retries     atomic.Int64
 }
 
+// Known label values, whose series exist from the start.
+var (
+	rejectionReasons = []string{"rate_limited", "queue_full", "queue_timeout", "tenant_streams", "client_gone"}
+	storeOpNames     = []string{"load_thread", "save_transcript", "start_run", "renew", "finish", "append_events",
+		"get_run", "list_runs", "sweep", "list_threads"}
+	runStatuses = []store.Status{store.Completed, store.Interrupted, store.Failed, store.Aborted}
+	tokenKinds  = [4]string{"input", "output", "cached", "reasoning"}
+)
+
+// connMetrics are one connection's series, resolved.
+type connMetrics struct {
+	name       string
+	ttfb       prometheus.Observer
+	streams    prometheus.Gauge
+	rejections map[string]prometheus.Counter // read-only after creation
+
+	reqMu sync.RWMutex
+	reqs  map[reqKey]reqSeries
+
+	modelMu sync.Mutex
+	models  map[string]*modelSeries
+	other   *modelSeries
+}
+
+type reqKey struct {
+	route  string
+	status int
+}
+
+type reqSeries struct {
+	count prometheus.Counter
+	dur   prometheus.Observer
+}
+
+// modelSeries are one model's token counters, by tokenKinds.
+type modelSeries [4]prometheus.Counter
+
+type storeSeries struct {
+	dur  prometheus.Observer
+	errs prometheus.Counter
+}
+
 func newServerMetrics() *serverMetrics {
-	m := &serverMetrics{reg: prometheus.NewRegistry()}
+	m := &serverMetrics{reg: prometheus.NewRegistry(), conns: map[string]*connMetrics{}}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chronicle_requests_total",
 		Help: "Requests answered, by connection, route (generate, stream, passthrough, api, admin) and status."},
 		[]string{"connection", "route", "status"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chronicle_request_duration_seconds",
-		Help:    "Time from request to the end of the answer (the whole stream for streams).",
+		Help:    "Time from request to the end of the answer (the whole stream for streams), by connection, route and status.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}},
-		[]string{"connection", "route"})
+		[]string{"connection", "route", "status"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chronicle_tokens_total",
-		Help: "Tokens the upstream reported, by connection, model and kind (input, output, cached, reasoning)."},
+		Help: "Tokens the upstream reported, by connection, model (the first " + strconv.Itoa(maxModelLabels) +
+			" distinct per connection, then \"other\") and kind (input, output, cached, reasoning)."},
 		[]string{"connection", "model", "kind"})
 	m.runsByStatus = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chronicle_runs_total",
 		Help: "Runs that ended, by status."}, []string{"status"})
@@ -69,6 +129,13 @@ func newServerMetrics() *serverMetrics {
 		Help: "Store operation latency, by operation.", Buckets: prometheus.ExponentialBuckets(0.0001, 3, 12)}, []string{"op"})
 	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chronicle_store_errors_total",
 		Help: "Store operations that failed, by operation."}, []string{"op"})
+	m.ttfb = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chronicle_upstream_ttfb_seconds",
+		Help:    "Time from sending a request upstream to its response head (each attempt that got one), by connection.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}},
+		[]string{"connection"})
+	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chronicle_streams_in_flight",
+		Help: "Answers being relayed as they arrive (SSE streams, chunked bodies) on this replica, by connection."},
+		[]string{"connection"})
 	m.eventsTeed = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_stream_events_total",
 		Help: "SSE events relayed to clients and teed to run event logs."})
 	m.eventLogLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "chronicle_event_log_lag_seconds",
@@ -78,13 +145,70 @@ func newServerMetrics() *serverMetrics {
 		Help: "Requests forwarded without persistence because the store was unreachable (on_store_error: pass)."})
 	m.replayedC = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_replayed_requests_total",
 		Help: "Retries (same X-Run-Id) answered from the store."})
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "chronicle_build_info",
+		Help:        "Always 1; its labels name the build: chronicle's version and the Go version it was built with.",
+		ConstLabels: prometheus.Labels{"version": Version, "goversion": runtime.Version()}})
+	buildInfo.Set(1)
 	for _, c := range []prometheus.Collector{m.requests, m.latency, m.tokens, m.runsByStatus, m.rejections, m.queueWaitH,
-		m.storeOps, m.storeErrs, m.eventsTeed, m.eventLogLag, m.retriesC, m.unpersistedC, m.replayedC,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		m.storeOps, m.storeErrs, m.ttfb, m.streams, m.eventsTeed, m.eventLogLag, m.retriesC, m.unpersistedC, m.replayedC,
+		buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
 	m.registerStoreFaults()
+	m.stores = make(map[string]storeSeries, len(storeOpNames))
+	for _, op := range storeOpNames {
+		m.stores[op] = storeSeries{dur: m.storeOps.WithLabelValues(op), errs: m.storeErrs.WithLabelValues(op)}
+	}
+	m.runCounters = make(map[store.Status]prometheus.Counter, len(runStatuses))
+	for _, st := range runStatuses {
+		m.runCounters[st] = m.runsByStatus.WithLabelValues(string(st))
+	}
+	m.conn("") // chronicle's own API
 	return m
+}
+
+// registerConnections resolves every configured connection's series, so
+// that they exist (at 0) before the first request.
+func (m *serverMetrics) registerConnections(names []string) {
+	for _, n := range names {
+		m.conn(n)
+	}
+}
+
+// conn returns the connection's resolved series, making them at its first
+// use (names come from the config, so there are few).
+func (m *serverMetrics) conn(name string) *connMetrics {
+	m.connMu.RLock()
+	c := m.conns[name]
+	m.connMu.RUnlock()
+	if c != nil {
+		return c
+	}
+	m.connMu.Lock()
+	defer m.connMu.Unlock()
+	if c = m.conns[name]; c != nil {
+		return c
+	}
+	c = &connMetrics{name: name, reqs: map[reqKey]reqSeries{}, models: map[string]*modelSeries{}}
+	if name != "" {
+		c.ttfb = m.ttfb.WithLabelValues(name)
+		c.streams = m.streams.WithLabelValues(name)
+		c.rejections = make(map[string]prometheus.Counter, len(rejectionReasons))
+		for _, r := range rejectionReasons {
+			c.rejections[r] = m.rejections.WithLabelValues(name, r)
+		}
+		c.other = m.newModelSeries(name, "other")
+	}
+	m.conns[name] = c
+	return c
+}
+
+func (m *serverMetrics) newModelSeries(connection, model string) *modelSeries {
+	var s modelSeries
+	for i, kind := range tokenKinds {
+		s[i] = m.tokens.WithLabelValues(connection, model, kind)
+	}
+	return &s
 }
 
 // registerGates exposes each connection's gate (slots in use, queue depth).
@@ -135,50 +259,73 @@ func (m *serverMetrics) countRetry() {
 }
 
 // runs counts a finished run by status.
-func (m *serverMetrics) runs(s store.Status) { m.runsByStatus.WithLabelValues(string(s)).Inc() }
+func (m *serverMetrics) runs(s store.Status) {
+	if c := m.runCounters[s]; c != nil {
+		c.Inc()
+		return
+	}
+	m.runsByStatus.WithLabelValues(string(s)).Inc()
+}
 
 // rejected counts a request the limiters turned away, by reason.
 func (m *serverMetrics) rejected(connection, reason string) {
+	if c := m.conn(connection).rejections[reason]; c != nil {
+		c.Inc()
+		return
+	}
 	m.rejections.WithLabelValues(connection, reason).Inc()
 }
 
-// modelSet caps the distinct model labels of one connection.
-type modelSet struct {
-	mu   sync.Mutex
-	seen map[string]bool
+// maxModelLabels caps the distinct model labels of one connection; later
+// models, and names no model has (too long, odd bytes), count as "other".
+const (
+	maxModelLabels   = 32
+	maxModelLabelLen = 128
+)
+
+// modelSeries returns the token counters for model on c: its own while
+// fewer than maxModelLabels models have been seen, else "other".
+func (m *serverMetrics) modelSeries(c *connMetrics, model string) *modelSeries {
+	c.modelMu.Lock()
+	s := c.models[model]
+	if s == nil && len(c.models) < maxModelLabels && plausibleModel(model) {
+		s = m.newModelSeries(c.name, model)
+		c.models[model] = s
+	}
+	c.modelMu.Unlock()
+	if s == nil {
+		return c.other
+	}
+	return s
 }
 
-const maxModelLabels = 64
-
-// modelLabel is model, or "other" once a connection has seen too many.
-func (m *serverMetrics) modelLabel(connection, model string) string {
-	v, ok := m.models.Load(connection)
-	if !ok {
-		// LoadOrStore's argument is built on every call: only when missing.
-		v, _ = m.models.LoadOrStore(connection, &modelSet{seen: map[string]bool{}})
+// plausibleModel reports whether s could be a model name: short, and of
+// the bytes model names use (gpt-4o, models/gemini-2.5-flash,
+// accounts/x/models/y@001, deepseek-ai/DeepSeek-V3:free).
+func plausibleModel(s string) bool {
+	if s == "" || len(s) > maxModelLabelLen {
+		return false
 	}
-	ms := v.(*modelSet)
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	if ms.seen[model] {
-		return model
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '-' || c == '_' || c == '.' || c == ':' || c == '/' || c == '@' || c == '+') {
+			return false
+		}
 	}
-	if len(ms.seen) >= maxModelLabels {
-		return "other"
-	}
-	ms.seen[model] = true
-	return model
+	return true
 }
 
 // observeTokens adds a turn's usage.
 func (m *serverMetrics) observeTokens(connection, model string, in, out, cached, reasoning int64) {
-	model = m.modelLabel(connection, model)
-	for _, kv := range []struct {
-		kind string
-		n    int64
-	}{{"input", in}, {"output", out}, {"cached", cached}, {"reasoning", reasoning}} {
-		if kv.n > 0 {
-			m.tokens.WithLabelValues(connection, model, kv.kind).Add(float64(kv.n))
+	c := m.conn(connection)
+	if c.other == nil { // chronicle's own API reports no usage
+		return
+	}
+	s := m.modelSeries(c, model)
+	for i, n := range [4]int64{in, out, cached, reasoning} {
+		if n > 0 {
+			s[i].Add(float64(n))
 		}
 	}
 }
@@ -196,15 +343,56 @@ func statusLabel(code int) string {
 
 // observeRequest records one answered request.
 func (m *serverMetrics) observeRequest(connection, route string, status int, d time.Duration) {
-	m.requests.WithLabelValues(connection, route, statusLabel(status)).Inc()
-	m.latency.WithLabelValues(connection, route).Observe(d.Seconds())
+	c := m.conn(connection)
+	k := reqKey{route: route, status: status}
+	c.reqMu.RLock()
+	s, ok := c.reqs[k]
+	c.reqMu.RUnlock()
+	if !ok {
+		c.reqMu.Lock()
+		if s, ok = c.reqs[k]; !ok {
+			code := statusLabel(status)
+			s = reqSeries{count: m.requests.WithLabelValues(connection, route, code), dur: m.latency.WithLabelValues(connection, route, code)}
+			c.reqs[k] = s
+		}
+		c.reqMu.Unlock()
+	}
+	s.count.Inc()
+	s.dur.Observe(d.Seconds())
+}
+
+// observeTTFB records the time an upstream took to send its response head.
+// It is called with what the forwarding code has at hand: the deadline it
+// gave the attempt, sent + first_byte.
+func (m *serverMetrics) observeTTFB(connection string, firstByte time.Duration, deadline time.Time) {
+	if c := m.conn(connection); c.ttfb != nil {
+		c.ttfb.Observe((firstByte - time.Until(deadline)).Seconds())
+	}
+}
+
+// streamOpened and streamClosed keep chronicle_streams_in_flight: a relay
+// of an answer as it arrives begins and ends (relayControl).
+func (m *serverMetrics) streamOpened(connection string) {
+	if c := m.conn(connection); c.streams != nil {
+		c.streams.Inc()
+	}
+}
+
+func (m *serverMetrics) streamClosed(connection string) {
+	if c := m.conn(connection); c.streams != nil {
+		c.streams.Dec()
+	}
 }
 
 // observeStore records one store operation.
 func (m *serverMetrics) observeStore(op string, start time.Time, err error) {
-	m.storeOps.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	s, ok := m.stores[op]
+	if !ok {
+		s = storeSeries{dur: m.storeOps.WithLabelValues(op), errs: m.storeErrs.WithLabelValues(op)}
+	}
+	s.dur.Observe(time.Since(start).Seconds())
 	if err != nil && !isNotFound(err) {
-		m.storeErrs.WithLabelValues(op).Inc()
+		s.errs.Inc()
 		m.storeErrors.Add(1)
 	}
 }

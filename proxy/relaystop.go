@@ -49,6 +49,7 @@ type relayControl struct {
 
 func (rc *relayControl) init(ex *exchange, w *bufio.Writer) {
 	rc.ex, rc.w = ex, w
+	ex.s.metrics.streamOpened(ex.up.cfg.Name) // until finish
 }
 
 // stopOn stops the relay with why when ctx ends, if cond (when not nil)
@@ -137,6 +138,9 @@ func (rc *relayControl) reason() stopReason {
 // exchange again. It reports why the relay was stopped, if it was.
 func (rc *relayControl) finish() stopReason {
 	rc.mu.Lock()
+	if !rc.done {
+		rc.ex.s.metrics.streamClosed(rc.ex.up.cfg.Name)
+	}
 	rc.done = true
 	why := rc.why
 	if rc.beat != nil {

@@ -240,6 +240,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.conns[c.Name] = up
 	}
 	s.metrics.registerGates(s)
+	s.metrics.registerConnections(connectionNames(cfg))
 	s.metrics.registerThreadCache(s.threads)
 	s.metricsHandler = s.metrics.handler()
 	l := cfg.Limits
@@ -264,8 +265,20 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		// Upstream header names pass back as the provider spelled them.
 		DisableHeaderNamesNormalizing: false,
 		Logger:                        fasthttpLogger{log},
+		// Errors about a request fasthttp could not read leave its raw
+		// buffer (client keys and all) out; what they still quote (the
+		// request line, a bad header line) is redacted by fasthttpLogger.
+		SecureErrorLogMessage: true,
 	}
 	return s, nil
+}
+
+func connectionNames(cfg *config.Config) []string {
+	names := make([]string, len(cfg.Connections))
+	for i := range cfg.Connections {
+		names[i] = cfg.Connections[i].Name
+	}
+	return names
 }
 
 // newHostClient makes the HTTP client for one upstream. It streams response
@@ -546,9 +559,11 @@ func (s *Server) lingerClose(ctx *fasthttp.RequestCtx) {
 	_, _ = io.CopyN(io.Discard, c, lingerBytes)
 }
 
-// fasthttpLogger sends fasthttp's own log lines to slog at debug level.
+// fasthttpLogger sends fasthttp's own log lines to slog at debug level,
+// with client credentials redacted: a line about a request it could not
+// parse quotes parts of that request.
 type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+	l.log.Debug(redactCredentials(fmt.Sprintf(format, args...)), "component", "fasthttp")
 }

@@ -49,7 +49,9 @@ func uiCorpus() []seedThread {
 				`{"role":"tool","tool_call_id":"call_w1","content":"{\"temp_c\":18,\"sky\":\"cloudy\"}"}`,
 				`{"role":"assistant","content":"It is 18 °C and cloudy in Paris."}`,
 			},
-			runs: []seedRun{{status: store.Interrupted, usage: u}, {status: store.Completed, usage: u}}},
+			// A run parked on a call that the next run answered, and one
+			// still waiting for its result.
+			runs: []seedRun{{status: store.Interrupted, usage: u}, {status: store.Completed, usage: u, resumes: true}, {status: store.Interrupted, usage: u}}},
 		{key: store.Key{Tenant: "acme", Thread: "gem-haiku"}, conn: "gemini", format: "gemini", model: "gemini-2.5-flash",
 			system: `{"parts":[{"text":"Answer in haiku."}]}`,
 			msgs: []string{
@@ -212,6 +214,32 @@ func TestUIBrowser(t *testing.T) {
 			t.Fatalf("runs table lacks %q:\n%s", want, runsText)
 		}
 	}
+	// Issue 33, item 12: a parked run whose call was answered is not shown
+	// as a (yellow) interrupted run still waiting; the run still waiting is.
+	type runBadge struct{ ID, Badge, Color, Note string }
+	var badges []runBadge
+	eval("run badges", `Array.from(document.querySelectorAll('#runs tbody tr')).map(tr => {
+		const b = tr.querySelector('.badge');
+		return {ID: tr.cells[0].textContent, Badge: b.textContent, Color: getComputedStyle(b).backgroundColor, Note: tr.cells[1].innerText};
+	})`, &badges)
+	if len(badges) != 3 || badges[0].Badge != "resumed" || badges[1].Badge != "completed" || badges[2].Badge != "interrupted" {
+		t.Fatalf("run badges %+v, want resumed, completed, interrupted", badges)
+	}
+	if badges[0].Color == badges[2].Color || !strings.Contains(badges[0].Note, "parked as interrupted") {
+		t.Fatalf("the resumed run looks like the waiting one: %+v", badges)
+	}
+	// Call ids are case-sensitive: shown as stored, not in capitals.
+	var labels []string
+	eval("labels", `Array.from(document.querySelectorAll('#transcript li .label')).map(l => l.innerText)`, &labels)
+	if !strings.Contains(labels[3], "get_weather · call_w1") || !strings.Contains(labels[4], "call_w1") {
+		t.Fatalf("tool labels %q: the call id is not as stored", labels)
+	}
+	// Each thread has a URL, which opens it.
+	var hash string
+	eval("hash", `location.hash`, &hash)
+	if hash != "#/t/acme/weather-paris" {
+		t.Fatalf("an open thread's URL hash is %q, want #/t/acme/weather-paris", hash)
+	}
 	// Distinct styling: each kind has its own background.
 	var colors map[string]string
 	eval("styles", `Object.fromEntries(Array.from(document.querySelectorAll('#transcript li')).map(li => [li.dataset.kind, getComputedStyle(li).backgroundColor]))`, &colors)
@@ -246,12 +274,30 @@ func TestUIBrowser(t *testing.T) {
 	if blocks[1].Text != "Use the add tool." || blocks[4].Text != "2 + 3 = 5" {
 		t.Fatalf("responses blocks %+v", blocks)
 	}
-	// Back to the list: the filter is still applied.
+	// Back to the list: the filter is still applied, and the URL is the
+	// list's.
 	do("back", chromedp.Click(css("#back")), chromedp.WaitVisible(css("#list-pane")))
 	eval("rows", `document.querySelectorAll('#threads tbody tr').length`, &rows)
 	if rows != 1 {
 		t.Fatalf("after back: %d rows", rows)
 	}
+	eval("hash", `location.hash`, &hash)
+	if hash != "" {
+		t.Fatalf("the list's URL hash is %q", hash)
+	}
+	// A thread's URL opens that thread on load (the token is still in the
+	// tab), and the browser's back button returns to the list.
+	// (about:blank first, so the page loads afresh rather than moving to a
+	// fragment of the page already open.)
+	do("thread URL", chromedp.Navigate("about:blank"), chromedp.Navigate(p.URL+"/ui#/t/beta/resp-1"), chromedp.WaitVisible(css("#detail-pane")))
+	poll("thread from URL", `document.querySelector('#detail-title').textContent === 'beta / resp-1' && !document.querySelector('#detail-pane').hidden`)
+	eval("another thread URL", `location.hash = '#/t/acme/gem-haiku'`, nil)
+	poll("hash change", `document.querySelector('#detail-title').textContent === 'acme / gem-haiku' && !document.querySelector('#detail-pane').hidden`)
+	eval("history back", `history.back()`, nil)
+	poll("back to resp-1", `document.querySelector('#detail-title').textContent === 'beta / resp-1' && !document.querySelector('#detail-pane').hidden`)
+	// An unknown thread's URL says so, over the list.
+	eval("unknown thread URL", `location.hash = '#/t/acme/no-such-thread'`, nil)
+	poll("unknown thread", `document.querySelector('#list-status').textContent.includes('no-such-thread') && document.querySelector('#detail-pane').hidden`)
 	t.Logf("screenshots in %s", shots)
 
 	// The page's token never reached the log.

@@ -26,8 +26,46 @@ usage:
   chronicle threads ls|show|export|rm   read, export and delete stored threads
   chronicle repair [--format openai|gemini|responses] < history.json
                                     print a repaired history and its interrupted calls
+  chronicle healthcheck [--url URL] exit 0 if a running proxy answers /healthz (for
+                                    container health checks; the image has no curl)
   chronicle version                 print the version
+
+Each command takes -h or --help.
 `
+
+const serveUsage = `usage: chronicle serve [--config FILE]
+
+Runs the proxy with the config in FILE (default $CHRONICLE_CONFIG; every key
+is described in config.example.yaml).
+`
+
+// parseFlags parses a command's flags with parse. -h or --help prints the
+// command's usage and flags to stdout and ends it with exit code 0; a bad
+// flag prints flag's message, the usage and flags to stderr, exit code 2.
+// done reports that the command must end with code.
+func parseFlags(fs *flag.FlagSet, usage string, stdout, stderr io.Writer, parse func() error) (code int, done bool) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	err := parse()
+	if err == nil {
+		return 0, false
+	}
+	w, code := stderr, 2
+	if errors.Is(err, flag.ErrHelp) {
+		w, code = stdout, 0
+	}
+	fmt.Fprint(w, usage)
+	fmt.Fprintln(w, "\nflags:")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(stderr)
+	return code, true
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -41,11 +79,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "threads":
 		return threadsCmd(args[1:], stdout, stderr)
 	case "repair":
 		return repairCmd(args[1:], os.Stdin, stdout, stderr)
+	case "healthcheck":
+		return healthcheckCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintf(stdout, "chronicle %s\n", proxy.Version)
 		return 0
@@ -58,12 +98,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func serve(args []string, stderr io.Writer) int {
+func serve(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", os.Getenv("CHRONICLE_CONFIG"), "config file (default $CHRONICLE_CONFIG)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, serveUsage, stdout, stderr, func() error { return fs.Parse(args) }); done {
+		return code
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "chronicle serve: no config file: pass --config FILE or set CHRONICLE_CONFIG (see config.example.yaml)")

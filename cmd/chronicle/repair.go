@@ -12,17 +12,23 @@ import (
 	"github.com/tidwall/gjson"
 )
 
+const repairUsage = `usage: chronicle repair [--format openai|gemini|responses] [--read-only-tools a,b] [--json] < history.json
+
+Reads a history (a messages, contents or input array, or a whole request
+body) from stdin and prints it repaired, with the calls that never returned
+and the edits made.
+`
+
 // repairCmd reads a history from stdin — a bare messages/contents/input
 // array, or a whole request body holding one — and prints the repaired
 // array, then the calls that never returned and the edits, for operators.
 func repairCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	format := fs.String("format", "openai", "history format: openai (chat messages, also DeepSeek), gemini (contents) or responses (input items)")
 	readOnly := fs.String("read-only-tools", "", "comma-separated tools that change nothing (their interrupted calls are safe to repeat)")
 	asJSON := fs.Bool("json", false, "print one JSON object {messages, interrupted, edits} instead of text")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, done := parseFlags(fs, repairUsage, stdout, stderr, func() error { return fs.Parse(args) }); done {
+		return code
 	}
 	in, err := io.ReadAll(stdin)
 	if err != nil {

@@ -44,9 +44,11 @@ func threadsCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sub := args[0]
+	if isHelp(sub) {
+		fmt.Fprint(stdout, threadsUsage)
+		return 0
+	}
 	fs := flag.NewFlagSet("threads "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, threadsUsage) }
 	urlFlag := fs.String("url", "", "a running proxy's base URL")
 	cfgFlag := fs.String("config", "", "config file naming the store to read directly")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
@@ -63,10 +65,15 @@ func threadsCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&q.Text, "q", "", "filter: text in the messages")
 	fs.IntVar(&q.Limit, "limit", 0, "ls: page size (default 50, max 500)")
 	fs.StringVar(&q.Cursor, "cursor", "", "ls: continue from this cursor")
-	pos, err := parseInterspersed(fs, args[1:])
-	if err != nil {
-		return 2
+	var pos []string
+	code, done := parseFlags(fs, threadsUsage, stdout, stderr, func() (err error) {
+		pos, err = parseInterspersed(fs, args[1:])
+		return err
+	})
+	if done {
+		return code
 	}
+	var err error
 	q.Status = store.Status(status)
 	for _, t := range []struct {
 		name string
@@ -511,11 +518,30 @@ func oneLine(s string) string {
 }
 
 // threadsExport writes JSONL to stdout, or to file with a progress bar on
-// stderr (threads done / total; the total is counted first when no text
-// filter makes counting as costly as the export itself).
+// stderr when stderr is a terminal (threads done / total; the total is
+// counted first when no text filter makes counting as costly as the export
+// itself). When stderr is not a terminal (a log, a pipe) it gets one line
+// at the end instead: no carriage returns.
 func threadsExport(ctx context.Context, src auditSource, q proxy.AuditQuery, k *store.Key, file string, stdout, stderr io.Writer) error {
 	w := stdout
 	var bar *progressBar
+	if file != "" && !stderrIsTerminal(stderr) {
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		bw := bufio.NewWriterSize(f, 256<<10)
+		n, err := src.Export(ctx, q, k, bw, nil)
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "exported %d threads to %s\n", n, file)
+		return nil
+	}
 	if file != "" {
 		f, err := os.Create(file)
 		if err != nil {
@@ -550,6 +576,13 @@ func threadsExport(ctx context.Context, src auditSource, q proxy.AuditQuery, k *
 		return bw.Flush()
 	}
 	return nil
+}
+
+// stderrIsTerminal reports whether w is a terminal, where a progress bar
+// redrawn with carriage returns belongs.
+func stderrIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(f)
 }
 
 // countThreads pages through the listing (summaries only) to count what an

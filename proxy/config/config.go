@@ -292,21 +292,34 @@ func Load(path string) (*Config, error) {
 }
 
 // Parse expands ${VAR} references with lookup, decodes the YAML strictly
-// (unknown keys are errors), applies defaults and validates.
+// (unknown keys are errors), applies defaults and validates. The error
+// names every problem at once, each with its key path: unknown keys and
+// values of the wrong kind first, in the file's order, then what
+// validation found.
 func Parse(raw []byte, lookup func(string) (string, bool)) (*Config, error) {
 	expanded, err := Expand(raw, lookup)
 	if err != nil {
 		return nil, err
 	}
-	var cfg Config
-	dec := yaml.NewDecoder(bytes.NewReader(expanded))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) { // an empty file means all defaults
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(expanded)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) { // an empty file means all defaults
 		return nil, fmt.Errorf("invalid YAML: %w", err)
+	}
+	// Every unknown key and misshapen value, with its key path; the tree
+	// left is one the decode below takes whole.
+	errs := checkTree(&doc)
+	var cfg Config
+	if doc.Kind != 0 {
+		if err := doc.Decode(&cfg); err != nil {
+			errs = append(errs, fmt.Errorf("invalid YAML: %w", err))
+		}
 	}
 	cfg.applyDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return &cfg, nil
 }

@@ -72,11 +72,13 @@ func TestValidateNamesKeys(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown key", "listne: x", []string{"field listne not found"}},
+		{"unknown key", "listne: x", []string{"listne: unknown key (line 1)"}},
 		{"bad listen", "listen: nope", []string{"listen: want host:port"}},
 		{"bad driver", "store: {driver: sqlite}", []string{"store.driver: want embedded or redis"}},
 		{"redis without url", "store: {driver: redis, url: ''}", []string{"store.url: required"}},
-		{"bad duration", "limits: {read_timeout: soon}", []string{"want a duration"}},
+		{"bad duration", "limits: {read_timeout: soon}", []string{`limits.read_timeout: want a duration such as 30s, got "soon"`}},
+		{"not a number", "limits: {max_body_bytes: lots}", []string{`limits.max_body_bytes: want a whole number, got "lots"`}},
+		{"not a list", "connections: {name: a}", []string{"connections: want a list, got a mapping"}},
 		{"negative body", "limits: {max_body_bytes: -1}", []string{"limits.max_body_bytes: must not be negative"}},
 		{"small upstream head", "limits: {max_upstream_header_bytes: 512}", []string{"limits.max_upstream_header_bytes: must be at least 1024, got 512"}},
 		{"event window too long", "store: {event_batch_window: 2s}", []string{"store.event_batch_window: must be between 1ms and 1s"}},
@@ -138,5 +140,75 @@ func TestSecretNeverPrints(t *testing.T) {
 	}
 	if s.Fingerprint() == "" || s.Fingerprint() == Secret("other").Fingerprint() {
 		t.Fatal("fingerprint not distinct")
+	}
+}
+
+// TestEveryProblemAtOnce is issue 33's item 11: unknown keys used to stop
+// the load at the first (`field timeout not found in type
+// config.Connection`); every one is reported, with its key path, beside
+// the validation errors.
+func TestEveryProblemAtOnce(t *testing.T) {
+	yml := `listen: nope
+lisen: 127.0.0.1:1
+store: {driver: embedded, pth: ./x}
+limits: {read_timeout: soon}
+clients: [{key: c, tenant: t, tenantt: u}]
+connections:
+  - name: a
+    provider: claude
+    base_url: http://x
+    keys: [k]
+    timeout: 5s
+    timeouts: {firstbyte: 1s, idle: 2s}
+    queue: {max_waitng: 3}
+  - name: b
+    provider: openai
+    base_url: http://y
+    keys: [k]
+    rate: {rmp: 5}
+`
+	_, err := Parse([]byte(yml), noEnv)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{
+		"lisen: unknown key (line 2)",
+		"store.pth: unknown key (line 3)",
+		`limits.read_timeout: want a duration such as 30s, got "soon" (line 4)`,
+		"clients[0].tenantt: unknown key (line 5)",
+		"connections[0] (a).timeout: unknown key (line 11)",
+		"connections[0] (a).timeouts.firstbyte: unknown key (line 12)",
+		"connections[0] (a).queue.max_waitng: unknown key (line 13)",
+		"connections[1] (b).rate.rmp: unknown key (line 18)",
+		`listen: want host:port, got "nope"`,
+		`connections[0] (a).provider: want openai, deepseek, gemini or openai-compatible, got "claude"`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(want) {
+		t.Errorf("got %d problems, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if i >= len(lines) || lines[i] != w {
+			t.Errorf("problem %d: want %q\nall:\n%v", i, w, err)
+		}
+	}
+}
+
+// TestKnownKeysStillDecode: the check that finds unknown keys passes every
+// key of the example, pointers and lists included.
+func TestKnownKeysStillDecode(t *testing.T) {
+	cfg, err := Parse([]byte("store: {thread_cache_bytes: 0}\nconnections: [{name: a, provider: openai, base_url: 'http://x', persist: false, read_only_tools: [s], session_headers: [session-id], timeouts: {idle: 5s}}]"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Connections[0]
+	if *cfg.Store.ThreadCacheBytes != 0 || c.PersistEnabled() || c.ReadOnlyTools[0] != "s" || c.SessionHeaders[0] != "session-id" || c.Timeouts.Idle.D() != 5*time.Second {
+		t.Fatalf("decoded %+v", c)
+	}
+	if _, err := Parse(nil, noEnv); err != nil {
+		t.Fatalf("empty file: %v", err)
+	}
+	if _, err := Parse([]byte("- a\n"), noEnv); err == nil || !strings.Contains(err.Error(), "must be a mapping") {
+		t.Fatalf("a list as the file: %v", err)
 	}
 }

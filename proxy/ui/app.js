@@ -82,6 +82,18 @@ function badge(status) {
   return el("span", "badge " + (status || ""), status || "–");
 }
 
+// A parked run whose calls all got their results (or were dropped as the
+// thread moved on) waits for nothing: it is stored "interrupted", but shows
+// as resumed (resolved, when no run names it as its resumer), not in the
+// yellow of a run still waiting for tool results.
+function runBadge(r) {
+  const waiting = r.interrupts.some((x) => x.status === "pending");
+  if (r.status !== "interrupted" || waiting || r.interrupts.length === 0 && !r.resumed_by) return badge(r.status);
+  const b = el("span", "badge resumed", r.resumed_by ? "resumed" : "resolved");
+  b.title = "parked as interrupted; every call it waited on has been answered";
+  return b;
+}
+
 async function loadThreads(append) {
   const p = filterQuery();
   p.set("limit", "50");
@@ -123,17 +135,58 @@ function threadRow(t) {
 
 // ---- one thread ----
 
+// Each thread has a URL: /ui#/t/{tenant}/{thread} (each part
+// URL-escaped), which opens it on load, in the history and after a reload.
+function threadHash(tenant, id) {
+  return "#/t/" + encodeURIComponent(tenant) + "/" + encodeURIComponent(id);
+}
+
+function hashThread() {
+  const m = /^#\/t\/([^/]+)\/([^/]+)$/.exec(location.hash);
+  if (!m) return null;
+  try {
+    return { tenant: decodeURIComponent(m[1]), id: decodeURIComponent(m[2]) };
+  } catch (_) {
+    return null;
+  }
+}
+
 async function openThread(tenant, id) {
   try {
     const th = await admin("/threads/" + encodeURIComponent(tenant) + "/" + encodeURIComponent(id));
     current = { tenant, id };
+    if (location.hash !== threadHash(tenant, id)) history.pushState(null, "", threadHash(tenant, id));
     renderThread(th);
+    showApp();
     $("#list-pane").hidden = true;
     $("#detail-pane").hidden = false;
+    document.title = "chronicle — " + tenant + " / " + id;
     window.scrollTo(0, 0);
   } catch (err) {
     handle(err);
+    if (!(err instanceof Unauthorized)) {
+      showApp();
+      showList();
+      $("#list-status").textContent = "Thread " + tenant + " / " + id + ": " + err.message;
+    }
   }
+}
+
+function showList() {
+  current = null;
+  $("#detail-pane").hidden = true;
+  $("#list-pane").hidden = false;
+  document.title = "chronicle — audit";
+}
+
+// route shows what the URL names: a thread, or the list.
+function route() {
+  const t = hashThread();
+  if (t) {
+    if (!current || current.tenant !== t.tenant || current.id !== t.id) openThread(t.tenant, t.id);
+    return;
+  }
+  showList();
 }
 
 function renderThread(th) {
@@ -180,7 +233,9 @@ function runRow(r) {
   const tr = el("tr");
   tr.appendChild(el("td", "mono", r.id));
   const st = el("td");
-  st.appendChild(badge(r.status));
+  const b = runBadge(r);
+  st.appendChild(b);
+  if (b.textContent !== r.status) st.appendChild(el("div", "muted", "parked as " + r.status));
   if (r.reason) st.appendChild(el("div", "muted", r.reason));
   tr.appendChild(st);
   tr.appendChild(el("td", "", r.model || ""));
@@ -278,7 +333,14 @@ function block(b, index) {
   const li = el("li", "msg " + b.kind);
   li.dataset.kind = b.kind;
   li.appendChild(el("span", "idx", index === "system" ? "system" : "#" + index));
-  li.appendChild(el("span", "label", b.label));
+  // The label's first part names the kind ("tool call") and is styled in
+  // capitals; what follows (tool names, call ids) is case-sensitive and
+  // shown exactly as stored.
+  const label = el("span", "label");
+  const cut = b.label.indexOf(" · ");
+  label.appendChild(el("span", "kind", cut < 0 ? b.label : b.label.slice(0, cut)));
+  if (cut >= 0) label.appendChild(el("span", "ids", b.label.slice(cut)));
+  li.appendChild(label);
   li.appendChild(el(b.code ? "pre" : "p", "body", b.text));
   return li;
 }
@@ -290,7 +352,7 @@ $("#login-form").addEventListener("submit", (e) => {
   token = $("#token").value.trim();
   sessionStorage.setItem(tokenKey, token);
   $("#token").value = "";
-  loadThreads(false);
+  start();
 });
 $("#filters").addEventListener("submit", (e) => {
   e.preventDefault();
@@ -299,9 +361,11 @@ $("#filters").addEventListener("submit", (e) => {
 });
 $("#more").addEventListener("click", () => loadThreads(true));
 $("#back").addEventListener("click", () => {
-  $("#detail-pane").hidden = true;
-  $("#list-pane").hidden = false;
+  history.pushState(null, "", location.pathname + location.search);
+  showList();
 });
+window.addEventListener("popstate", route);
+window.addEventListener("hashchange", route);
 $("#signout").addEventListener("click", () => {
   sessionStorage.removeItem(tokenKey);
   token = "";
@@ -311,13 +375,19 @@ $("#delete").addEventListener("click", async () => {
   if (!current || !confirm("Delete " + current.tenant + " / " + current.id + " and all its runs?")) return;
   try {
     await admin("/threads/" + encodeURIComponent(current.tenant) + "/" + encodeURIComponent(current.id), { method: "DELETE" });
-    $("#detail-pane").hidden = true;
-    $("#list-pane").hidden = false;
+    history.pushState(null, "", location.pathname + location.search);
+    showList();
     loadThreads(false);
   } catch (err) {
     handle(err);
   }
 });
 
-if (token) loadThreads(false);
+// start loads the list, and the thread the URL names, if any.
+function start() {
+  loadThreads(false);
+  if (hashThread()) route();
+}
+
+if (token) start();
 else showLogin("");
