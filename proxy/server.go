@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,6 +101,9 @@ type Server struct {
 	// readyPing is the readiness ping in flight, if any (pingStore).
 	readyMu   sync.Mutex
 	readyPing *storePing
+	// durability is the store's guarantee for acknowledged turns, as last
+	// read (reportDurability); a string, "" until read.
+	durability atomic.Value
 }
 
 func localKey(k store.Key, runID string) string { return k.Tenant + "\x00" + k.Thread + "\x00" + runID }
@@ -338,6 +342,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopSweeper = cancel
 		go s.runSweeper(ctx)
+		go s.reportDurability(ctx)
 	}
 	return s.srv.Serve(ln)
 }
@@ -446,7 +451,37 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	if d, _ := s.durability.Load().(string); d != "" {
+		ctx.SetBodyString(`{"status":"ok","durability":` + strconv.Quote(d) + `}`)
+		return
+	}
 	ctx.SetBodyString(`{"status":"ok"}`)
+}
+
+// reportDurability reads the store's guarantee for acknowledged turns
+// (store.Durability), logs it and keeps it for /readyz; it tries again
+// every minute, so a change of the Redis settings shows up.
+func (s *Server) reportDurability(ctx context.Context) {
+	d, ok := s.store.(*meteredStore).Store.(store.Durability)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		c, cancel := context.WithTimeout(ctx, readyTimeout)
+		line, err := d.Durability(c)
+		cancel()
+		if err == nil && line != s.durability.Load() {
+			s.durability.Store(line)
+			s.log.Info("durability of acknowledged turns", "guarantee", line)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // readyTimeout bounds /readyz's store ping.

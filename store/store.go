@@ -536,3 +536,13 @@ func CheckFinish(f *Finish) error {
 	}
 	return nil
 }
+
+// Durability is implemented by backends (and wrappers) that can say which
+// guarantee holds for an acknowledged write: what a crash of the store's
+// server, or of its machine, can still lose. The proxy reports it in
+// /readyz and logs it at start.
+type Durability interface {
+	// Durability is one line for an operator, e.g. "redis: appendonly
+	// yes, appendfsync always: an acknowledged turn is on disk".
+	Durability(ctx context.Context) (string, error)
+}

@@ -87,6 +87,10 @@ var listenLine = regexp.MustCompile(`msg="chronicle listening" addr=(\S+)`)
 func startChronicle(t *testing.T, config string) *process {
 	t.Helper()
 	cmd := exec.Command(binary, "serve", "--config", writeConfig(t, config))
+	// A working directory of its own: relative paths (the spool's
+	// ./spool, say) are then the process's alone, and never land in the
+	// source tree.
+	cmd.Dir = t.TempDir()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -717,3 +717,12 @@ func (s *Store) DebugKeys(ctx context.Context) ([]string, error) {
 	})
 	return out, err
 }
+
+// Durability says what the embedded store guarantees for an acknowledged
+// write (store.Durability).
+func (s *Store) Durability(context.Context) (string, error) {
+	if s.opts.NoSync {
+		return "embedded: fsync off: an acknowledged turn survives a crash of chronicle, not of the machine", nil
+	}
+	return "embedded: fsync at every commit: an acknowledged turn is on disk; a write the disk refuses reaches the client as an error", nil
+}

@@ -452,3 +452,19 @@ func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
 	}
 	return s.Store.Sweep(ctx)
 }
+
+// Durability is the backend's guarantee plus the journal's.
+func (s *Store) Durability(ctx context.Context) (string, error) {
+	d := "backend: no report"
+	if b, ok := s.Store.(store.Durability); ok {
+		var err error
+		if d, err = b.Durability(ctx); err != nil {
+			return "", err
+		}
+	}
+	sync := "each record fsynced"
+	if !s.opts.Fsync {
+		sync = "records handed to the OS, not fsynced"
+	}
+	return d + "; spool on (" + sync + "): a turn Redis cannot take is kept in " + s.opts.Dir + " until it can", nil
+}
