@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func startMock(t testing.TB) *mock.Server {
 type testProxy struct {
 	*Server
 	URL string
-	log *bytes.Buffer
+	log *syncBuffer
 }
 
 // startProxy parses yamlCfg (with ${MOCK} replaced by the mock's URL) and
@@ -114,22 +115,32 @@ func startProxyOpts(t testing.TB, m *mock.Server, yamlCfg string, opts Options) 
 		_ = srv.Shutdown(ctx)
 		<-done
 	})
-	return &testProxy{Server: srv, URL: "http://" + ln.Addr().String(), log: &logBuf.Buffer}
+	return &testProxy{Server: srv, URL: "http://" + ln.Addr().String(), log: logBuf}
 }
 
 // syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
 type syncBuffer struct {
 	bytes.Buffer
-	mu chanMutex
+	once sync.Once
+	mu   chanMutex
 }
 
 type chanMutex chan struct{}
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	if b.mu == nil {
-		b.mu = make(chanMutex, 1)
-	}
+// String is the log so far; the server may still be writing to it.
+func (b *syncBuffer) String() string {
+	b.lock()
+	defer func() { <-b.mu }()
+	return b.Buffer.String()
+}
+
+func (b *syncBuffer) lock() {
+	b.once.Do(func() { b.mu = make(chanMutex, 1) })
 	b.mu <- struct{}{}
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.lock()
 	defer func() { <-b.mu }()
 	return b.Buffer.Write(p)
 }
