@@ -273,7 +273,7 @@ func mapErr(err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
-		for _, p := range []string{"LOADING", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "READONLY", "BUSY "} {
+		for _, p := range []string{"LOADING", "CLUSTERDOWN", "MASTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "BUSY "} {
 			if strings.HasPrefix(msg, p) {
 				return fmt.Errorf("%w: redis: %w", store.ErrUnavailable, err)
 			}

@@ -202,18 +202,21 @@ func (c *Cluster) URL() string {
 // StartCluster starts masters redis-server processes in cluster mode, joins
 // them, assigns the 16384 slots in equal ranges and returns once every node
 // reports cluster_state:ok.
-func StartCluster(t testing.TB, masters int) *Cluster {
+//
+// Extra arguments are passed to every node (for example "--appendonly",
+// "yes", so that a node restarted with Restart keeps its data).
+func StartCluster(t testing.TB, masters int, extraArgs ...string) *Cluster {
 	t.Helper()
 	if masters < 1 {
 		masters = 3
 	}
 	c := &Cluster{}
 	for i := 0; i < masters; i++ {
-		c.Nodes = append(c.Nodes, Start(t,
+		c.Nodes = append(c.Nodes, Start(t, append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000",
-		))
+		}, extraArgs...)...))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
