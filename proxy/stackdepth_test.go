@@ -21,6 +21,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/spool"
 	"github.com/valyala/fasthttp"
 )
 
@@ -97,6 +98,15 @@ func TestConnectionStackStaysSmall(t *testing.T) {
 		{"pass-through", false, func(t testing.TB) store.Store { return openEmbedded(t, t.TempDir()) }},
 		{"embedded", true, func(t testing.TB) store.Store { return openEmbedded(t, t.TempDir()) }},
 		{"redis", true, func(testing.TB) store.Store { return redisStore() }},
+		// As chronicle serve runs Redis: behind the spool, whose frames
+		// are on the finish's path too.
+		{"redis with the spool", true, func(t testing.TB) store.Store {
+			sp, err := spool.Open(redisStore(), spool.Options{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sp
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conns := "connections:\n"

@@ -78,6 +78,9 @@ type Store struct {
 	pending []*entry
 	bytes   int64
 	threads map[store.Key]int // pending entries per thread
+	// queued is len(pending), read without the lock: the common case, an
+	// empty journal, costs one atomic load per operation.
+	queued atomic.Int64
 
 	replayMu  sync.Mutex // one replay at a time
 	closeOnce sync.Once
@@ -131,6 +134,7 @@ func Open(backend store.Store, o Options) (*Store, error) {
 		s.bytes += e.size
 		s.threads[e.Lease.Key]++
 	}
+	s.queued.Store(int64(len(s.pending)))
 	if len(entries) > 0 {
 		log.Warn("spool: replaying writes an earlier run of this replica spooled", "entries", len(entries), "dir", o.Dir)
 	}
@@ -158,6 +162,9 @@ func unavailable(err error) bool {
 
 // waiting reports whether k has spooled writes.
 func (s *Store) waiting(k store.Key) bool {
+	if s.queued.Load() == 0 {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.threads[k] > 0
@@ -204,6 +211,7 @@ func (s *Store) add(e *entry) error {
 	kept.size = int64(len(rec))
 	e = kept
 	s.pending = append(s.pending, e)
+	s.queued.Store(int64(len(s.pending)))
 	s.bytes += e.size
 	s.threads[e.Lease.Key]++
 	s.spooled.Add(1)
@@ -216,27 +224,42 @@ func (s *Store) add(e *entry) error {
 
 // Finish ends the run in the backend, or spools the finish when the
 // backend cannot be reached (or the thread has writes waiting already).
+//
+// Finish and AppendEvents run on a stream's connection goroutine, under
+// the relay, whose stack the proxy keeps within 8 KiB: their own frames
+// stay small, and what only the fault path needs is in functions of its
+// own.
 func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
-	if s.settle(ctx, l.Key) {
-		return s.spool(&entry{Op: opFinish, Lease: l, Finish: f}, nil)
+	if s.queued.Load() > 0 && s.settle(ctx, l.Key) {
+		return s.spoolFinish(&l, f, nil)
 	}
 	err := s.Store.Finish(ctx, l, f)
 	if err == nil || !unavailable(err) {
 		return err
 	}
-	return s.spool(&entry{Op: opFinish, Lease: l, Finish: f}, err)
+	return s.spoolFinish(&l, f, err)
+}
+
+//go:noinline
+func (s *Store) spoolFinish(l *store.Lease, f *store.Finish, cause error) error {
+	return s.spool(&entry{Op: opFinish, Lease: *l, Finish: f}, cause)
 }
 
 // AppendEvents appends to the run's event log, or spools the batch.
 func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) error {
-	if s.settle(ctx, l.Key) {
-		return s.spool(&entry{Op: opEvents, Lease: l, First: first, Events: events}, nil)
+	if s.queued.Load() > 0 && s.settle(ctx, l.Key) {
+		return s.spoolEvents(&l, first, events, nil)
 	}
 	err := s.Store.AppendEvents(ctx, l, first, events)
 	if err == nil || !unavailable(err) {
 		return err
 	}
-	return s.spool(&entry{Op: opEvents, Lease: l, First: first, Events: events}, err)
+	return s.spoolEvents(&l, first, events, err)
+}
+
+//go:noinline
+func (s *Store) spoolEvents(l *store.Lease, first int64, events [][]byte, cause error) error {
+	return s.spool(&entry{Op: opEvents, Lease: *l, First: first, Events: events}, cause)
 }
 
 // spool journals e; cause is the backend's error, if it was tried. The
@@ -327,6 +350,7 @@ func (s *Store) replay(ctx context.Context) int {
 		}
 	}
 	s.pending = append(s.pending[:0:0], s.pending[applied:]...)
+	s.queued.Store(int64(len(s.pending)))
 	if err := s.j.rewrite(s.pending); err != nil {
 		// The applied writes stay in the file: replaying them again, at
 		// the next start, changes nothing.
