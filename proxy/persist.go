@@ -214,7 +214,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 				message: "An empty messages array continues a stored thread, and this X-Thread-Id names none."})
 			return nil, nil, false
 		} else if err != nil {
-			return s.storeFailed(ctx, ex, err, body)
+			return s.storeFailed(ctx, ex, err, body, true)
 		}
 	}
 
@@ -222,13 +222,26 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	if kept != nil {
 		known = kept.digest
 	}
-	started, err := s.store.StartRun(rctx, store.StartRun{
+	sr := store.StartRun{
 		Key: t.key, RunID: t.runID, Owner: s.replicaID, TTL: s.cfg.Leases.TTL.D(),
 		Fingerprint: fingerprint(body), Model: t.model, LoadThread: true, KnownDigest: known,
 		// compose takes the stored system blob only into a request that
 		// continues or appends and brings none of its own.
 		NoSystem: !(empty || mode == modeAppend) || ad.System(body) != nil,
-	})
+	}
+	started, err := s.store.StartRun(rctx, sr)
+	needsHistory := empty || mode == modeAppend
+	if err != nil && errors.Is(err, store.ErrUnavailable) && !needsHistory && ex.up.cfg.OnStoreError == "pass" {
+		// The store is away, and the request carries the whole
+		// conversation: with a spool, the run starts in the journal and
+		// its turn is kept all the same.
+		if off, ok := s.backend().(offlineStarter); ok {
+			if st, oerr := off.StartOffline(rctx, sr); oerr == nil {
+				s.log.Warn("store unavailable at run start; the run is kept in the spool", "connection", ex.up.cfg.Name, "err", err)
+				started, err = st, nil
+			}
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):
 		retry := int(time.Until(started.Lease.Expires).Seconds()) + 1
@@ -246,7 +259,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		writeError(ctx, ad, apiError{status: 400, code: codeBadRequest, message: "The thread or run id is not valid."})
 		return nil, nil, false
 	case err != nil:
-		return s.storeFailed(ctx, ex, err, body)
+		return s.storeFailed(ctx, ex, err, body, needsHistory)
 	}
 	ctx.Response.Header.Set("X-Thread-Id", t.key.Thread)
 	ctx.Response.Header.Set("X-Run-Id", t.runID)
@@ -319,10 +332,24 @@ func saveAsync(ctx context.Context, st store.Store, l store.Lease, t store.Trans
 	go func() { done(st.SaveTranscript(ctx, l, t)) }()
 }
 
+// offlineStarter is a store that can start a run while its backend is
+// unreachable (store/spool).
+type offlineStarter interface {
+	StartOffline(ctx context.Context, r store.StartRun) (*store.Started, error)
+}
+
 // storeFailed applies on_store_error when the store cannot be reached at a
-// run's start: fail answers 503, pass forwards without persisting.
-func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, body []byte) (*turn, []byte, bool) {
+// run's start: fail answers 503, pass forwards without persisting, unless
+// the request needs the stored history (append, an empty continue): sent
+// without it, the upstream would answer a conversation the client never
+// had, so that is a 503 too.
+func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, body []byte, needsHistory bool) (*turn, []byte, bool) {
 	s.log.Warn("store unavailable at run start", "connection", ex.up.cfg.Name, "err", err)
+	if ex.up.cfg.OnStoreError == "pass" && needsHistory {
+		writeError(ctx, ex.ad, apiError{status: 503, code: codeStoreUnavailable, retryAfter: 1,
+			message: "The conversation store is unreachable, and this request needs the thread's stored history (X-Thread-Mode: append, or an empty continue), so it was not sent upstream."})
+		return nil, nil, false
+	}
 	if ex.up.cfg.OnStoreError == "pass" {
 		s.metrics.countUnpersisted()
 		ctx.Response.Header.Set("X-Persisted", "false")

@@ -458,11 +458,19 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 	ctx.SetBodyString(`{"status":"ok"}`)
 }
 
+// backend is the store the server was given, without the metering.
+func (s *Server) backend() store.Store {
+	if ms, ok := s.store.(*meteredStore); ok {
+		return ms.Store
+	}
+	return s.store
+}
+
 // reportDurability reads the store's guarantee for acknowledged turns
 // (store.Durability), logs it and keeps it for /readyz; it tries again
 // every minute, so a change of the Redis settings shows up.
 func (s *Server) reportDurability(ctx context.Context) {
-	d, ok := s.store.(*meteredStore).Store.(store.Durability)
+	d, ok := s.backend().(store.Durability)
 	if !ok {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 
 	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
 	"github.com/chronicle-proxy/chronicle/store/redistest"
+	"github.com/chronicle-proxy/chronicle/store/spool"
 )
 
 // TestUnstoredTurnIsNotAcknowledged: when Redis dies while the upstream
@@ -98,5 +99,58 @@ connections:
 				t.Fatal("a turn was acknowledged and stored nowhere")
 			}
 		})
+	}
+}
+
+// TestStoreDownAtStart: with the store down when a request arrives and
+// on_store_error: pass, a request that carries the whole conversation is
+// forwarded and, with the spool, kept (no X-Persisted: false; the turn is
+// in the store once it is back); one that needs the stored history
+// (append, an empty continue) gets a 503 rather than an answer to a
+// conversation the client never had.
+func TestStoreDownAtStart(t *testing.T) {
+	rd := redistest.Start(t, "--appendonly", "yes")
+	backend, err := redisstore.Open(context.Background(), redisstore.Options{URL: rd.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spool.Open(backend, spool.Options{Dir: t.TempDir(), RetryMin: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	m := startMock(t)
+	p := startProxyWith(t, m, `
+connections:
+  - {name: lenient, provider: openai, base_url: "${MOCK}", on_store_error: pass}
+`, sp)
+	rd.Kill()
+	url := p.URL + "/lenient/v1/chat/completions"
+	for _, tc := range []struct {
+		name, body string
+		headers    []string
+	}{
+		{"append", chatBody, []string{"X-Thread-Mode", "append"}},
+		{"continue", `{"model":"gpt-4o","messages":[]}`, nil},
+	} {
+		resp, body := do(t, "POST", url, tc.body, append([]string{"Authorization", "Bearer k", "X-Thread-Id", "t-" + tc.name}, tc.headers...)...)
+		if resp.StatusCode != 503 || !strings.Contains(string(body), `"code":"store_unavailable"`) {
+			t.Fatalf("%s with the store down: %d %s", tc.name, resp.StatusCode, body)
+		}
+	}
+	for _, tc := range []struct{ thread, body string }{{"t-chat", chatBody}, {"t-stream", streamBody}} {
+		resp, body := do(t, "POST", url, tc.body, "Authorization", "Bearer k", "X-Thread-Id", tc.thread)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Persisted") == "false" || strings.Contains(string(body), `"error"`) {
+			t.Fatalf("%s with the store down: %d X-Persisted=%q %s", tc.thread, resp.StatusCode, resp.Header.Get("X-Persisted"), body)
+		}
+	}
+	rd.Restart(t)
+	ctx := context.Background()
+	waitFor(t, "the spool to drain", func() bool { return sp.Flush(ctx) == 0 })
+	for _, thread := range []string{"t-chat", "t-stream"} {
+		th := apiThread(t, p, "k", thread)
+		if n := len(th.Get("messages").Array()); n != 2 || th.Get("runs.0.status").String() != "completed" {
+			t.Fatalf("%s after the store came back: %d messages, runs %s", thread, n, th.Get("runs").Raw)
+		}
 	}
 }

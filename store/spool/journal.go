@@ -21,6 +21,7 @@ import (
 const (
 	opFinish uint8 = 1 + iota
 	opEvents
+	opStart // a run started while the backend was unreachable
 )
 
 // entry is one write the backend could not take, as the journal keeps it.
@@ -32,6 +33,8 @@ type entry struct {
 	// First and Events, for opEvents.
 	First  int64
 	Events [][]byte
+	// Start, for opStart.
+	Start *store.StartRun
 	// At is when the write was spooled.
 	At time.Time
 
@@ -69,8 +72,8 @@ func encodeRecord(e *entry) ([]byte, error) {
 // memory is its own.
 func decodePayload(payload []byte) (*entry, bool) {
 	e := new(entry)
-	if err := gob.NewDecoder(bytes.NewReader(payload)).Decode(e); err != nil || (e.Op != opFinish && e.Op != opEvents) ||
-		(e.Op == opFinish && e.Finish == nil) {
+	if err := gob.NewDecoder(bytes.NewReader(payload)).Decode(e); err != nil || e.Op < opFinish || e.Op > opStart ||
+		(e.Op == opFinish && e.Finish == nil) || (e.Op == opStart && e.Start == nil) {
 		return nil, false
 	}
 	return e, true

@@ -78,6 +78,10 @@ type Store struct {
 	pending []*entry
 	bytes   int64
 	threads map[store.Key]int // pending entries per thread
+	// offline maps a run started while the backend was unreachable
+	// (StartOffline; its lease has no token) to the lease the backend
+	// gave it on replay, so the run's later writes reach it fenced.
+	offline map[runRef]store.Lease
 	// queued is len(pending), read without the lock: the common case, an
 	// empty journal, costs one atomic load per operation.
 	queued atomic.Int64
@@ -124,7 +128,7 @@ func Open(backend store.Store, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{Store: backend, opts: o, log: log, j: j, threads: map[store.Key]int{},
+	s := &Store{Store: backend, opts: o, log: log, j: j, threads: map[store.Key]int{}, offline: map[runRef]store.Lease{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if torn {
 		log.Warn("spool: the journal ended in a torn record (a write cut by a crash); it was cut off", "dir", o.Dir)
@@ -222,6 +226,50 @@ func (s *Store) add(e *entry) error {
 	return nil
 }
 
+type runRef struct {
+	key store.Key
+	run string
+}
+
+// StartOffline records the start of a run while the backend cannot be
+// reached, so the run can go ahead (on_store_error: pass) and still be
+// kept: the start is journalled ahead of the run's later writes and
+// replayed before them. The returned lease has no fencing token; the
+// spool puts the backend's lease in its place once the start is
+// replayed. The thread's stored history is unknown, so the caller must
+// not need it (a request that carries the whole conversation).
+func (s *Store) StartOffline(ctx context.Context, r store.StartRun) (*store.Started, error) {
+	if err := r.Key.Validate(); err != nil {
+		return nil, err
+	}
+	if err := store.ValidID(r.RunID); err != nil {
+		return nil, err
+	}
+	l := store.Lease{Key: r.Key, RunID: r.RunID, Owner: r.Owner, TTL: r.TTL, Expires: time.Now().Add(r.TTL)}
+	start := r
+	start.LoadThread, start.KnownDigest = false, ""
+	if err := s.spool(&entry{Op: opStart, Lease: l, Start: &start}, nil); err != nil {
+		return nil, err
+	}
+	return &store.Started{Created: true, Lease: l, Run: store.Run{ID: r.RunID, Key: r.Key, Status: store.Running, Model: r.Model}}, nil
+}
+
+// resolve puts the backend's lease in place of an offline run's
+// tokenless one, once its start was replayed; it reports false for an
+// offline run whose start was not (its writes must queue in the journal).
+func (s *Store) resolve(l *store.Lease) bool {
+	if l.Token != 0 {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	real, ok := s.offline[runRef{l.Key, l.RunID}]
+	if ok {
+		*l = real
+	}
+	return ok
+}
+
 // Finish ends the run in the backend, or spools the finish when the
 // backend cannot be reached (or the thread has writes waiting already).
 //
@@ -230,7 +278,7 @@ func (s *Store) add(e *entry) error {
 // stay small, and what only the fault path needs is in functions of its
 // own.
 func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
-	if s.queued.Load() > 0 && s.settle(ctx, l.Key) {
+	if s.queued.Load() > 0 && s.settle(ctx, l.Key) || !s.resolve(&l) {
 		return s.spoolFinish(&l, f, nil)
 	}
 	err := s.Store.Finish(ctx, l, f)
@@ -247,7 +295,7 @@ func (s *Store) spoolFinish(l *store.Lease, f *store.Finish, cause error) error 
 
 // AppendEvents appends to the run's event log, or spools the batch.
 func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) error {
-	if s.queued.Load() > 0 && s.settle(ctx, l.Key) {
+	if s.queued.Load() > 0 && s.settle(ctx, l.Key) || !s.resolve(&l) {
 		return s.spoolEvents(&l, first, events, nil)
 	}
 	err := s.Store.AppendEvents(ctx, l, first, events)
@@ -366,9 +414,17 @@ func (s *Store) replay(ctx context.Context) int {
 func (s *Store) apply(ctx context.Context, e *entry) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.OpTimeout)
 	defer cancel()
+	if e.Op == opStart {
+		return s.applyStart(ctx, e)
+	}
+	l := e.Lease
+	if !s.resolve(&l) {
+		// The run's start was refused on replay: nothing of it can land.
+		return fmt.Errorf("%w: spool: run %s started offline was not started in the store", store.ErrConflict, l.RunID)
+	}
 	switch e.Op {
 	case opEvents:
-		err := s.Store.AppendEvents(ctx, e.Lease, e.First, e.Events)
+		err := s.Store.AppendEvents(ctx, l, e.First, e.Events)
 		if errors.Is(err, store.ErrFenced) || errors.Is(err, store.ErrConflict) {
 			// The run ended first (its finish carried later events, or
 			// it was swept): the log stays as short as it is.
@@ -376,8 +432,40 @@ func (s *Store) apply(ctx context.Context, e *entry) error {
 		}
 		return err
 	default:
-		return s.Store.Finish(ctx, e.Lease, e.Finish)
+		err := s.Store.Finish(ctx, l, e.Finish)
+		if err == nil || !unavailable(err) {
+			s.mu.Lock()
+			delete(s.offline, runRef{l.Key, l.RunID})
+			s.mu.Unlock()
+		}
+		return err
 	}
+}
+
+// errBusy: a replayed start found its thread's lease held; the journal
+// waits (it is replayed in order) and tries again.
+var errBusy = fmt.Errorf("%w: spool: the thread of a replayed start is busy", store.ErrUnavailable)
+
+// applyStart replays the start of an offline run and keeps the lease the
+// backend gave it. A start replayed twice finds its run and takes its
+// lease from the record.
+func (s *Store) applyStart(ctx context.Context, e *entry) error {
+	st, err := s.Store.StartRun(ctx, *e.Start)
+	switch {
+	case errors.Is(err, store.ErrLeaseHeld):
+		return errBusy
+	case err != nil:
+		return err
+	}
+	l := st.Lease
+	if !st.Created {
+		l = store.Lease{Key: e.Lease.Key, RunID: e.Lease.RunID, Owner: st.Run.LeaseOwner, Token: st.Run.LeaseToken,
+			TTL: e.Lease.TTL, Expires: st.Run.LeaseExpires}
+	}
+	s.mu.Lock()
+	s.offline[runRef{e.Lease.Key, e.Lease.RunID}] = l
+	s.mu.Unlock()
+	return nil
 }
 
 // Flush replays the journal now and reports how many writes are left.
@@ -447,16 +535,33 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 }
 
 func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
-	if s.settle(ctx, l.Key) {
+	if s.settle(ctx, l.Key) || !s.resolve(&l) {
 		return errWaiting(l.Key)
 	}
 	return s.Store.SaveTranscript(ctx, l, t)
 }
 
+// Renew renews the lease; an offline run's, once its start was replayed.
+// Until then there is nothing to renew, and it succeeds.
+func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (store.Renewal, error) {
+	if !s.resolve(&l) {
+		return store.Renewal{Lease: l}, nil
+	}
+	return s.Store.Renew(ctx, l, p)
+}
+
+// Release gives an offline run's lease up once it has one.
+func (s *Store) Release(ctx context.Context, l store.Lease) error {
+	if !s.resolve(&l) {
+		return nil
+	}
+	return s.Store.Release(ctx, l)
+}
+
 // SaveTranscriptAsync queues the write on the backend when it can, else
 // writes it on a goroutine (see store.AsyncSaver).
 func (s *Store) SaveTranscriptAsync(ctx context.Context, l store.Lease, t store.Transcript, done func(error)) {
-	if s.waiting(l.Key) {
+	if s.waiting(l.Key) || l.Token == 0 {
 		go func() { done(s.SaveTranscript(ctx, l, t)) }()
 		return
 	}

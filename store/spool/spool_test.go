@@ -314,3 +314,59 @@ func FuzzJournal(f *testing.F) {
 		}
 	})
 }
+
+// TestStartOffline: a run started while Redis is down (on_store_error:
+// pass) is journalled from its start; its writes queue behind the start,
+// and the replay starts it in Redis, then lands its turn, under the lease
+// Redis gave it. A start replayed twice (the journal replayed again after
+// a crash) finds its run and changes nothing.
+func TestStartOffline(t *testing.T) {
+	f := startFaultRedis(t)
+	s, _ := f.open(t, Options{RetryMin: time.Hour})
+	ctx := context.Background()
+	k := store.Key{Tenant: "t", Thread: "offline"}
+	f.srv.Kill()
+	st, err := s.StartOffline(ctx, store.StartRun{Key: k, RunID: "r1", Owner: "replica-a", TTL: 30 * time.Second, Fingerprint: "fp", Model: "m"})
+	if err != nil || !st.Created || st.Lease.Token != 0 {
+		t.Fatalf("offline start: %+v %v", st, err)
+	}
+	if _, err := s.Renew(ctx, st.Lease, store.RunPatch{}); err != nil {
+		t.Fatalf("renewing an offline run: %v", err)
+	}
+	in, inHash := storetest.Msg(1, "user")
+	reply, replyHash := storetest.Msg(2, "assistant")
+	tr := store.Transcript{Messages: [][]byte{in, reply}, Hashes: []store.Hash{inHash, replyHash}}
+	fin := &store.Finish{Status: store.Completed, Transcript: &tr, Usage: &store.Usage{InputTokens: 5, OutputTokens: 7}}
+	if err := s.Finish(ctx, st.Lease, fin); err != nil {
+		t.Fatalf("finish of an offline run: %v", err)
+	}
+	if got := s.Stats().Entries; got != 2 {
+		t.Fatalf("%d entries, want the start and the finish", got)
+	}
+	f.srv.Restart(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Flush(ctx) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not replayed: %+v", s.Stats())
+		}
+		time.Sleep(20 * time.Millisecond) // go-redis answers its last dial error for a while after a restart
+	}
+	checkCompleted(t, s, k, "r1")
+	if st := s.Stats(); st.Replayed != 2 || st.Conflicts != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+	// The same two entries again, as after a crash before the rewrite.
+	if err := s.spool(&entry{Op: opStart, Lease: st.Lease, Start: &store.StartRun{Key: k, RunID: "r1", Owner: "replica-a", TTL: time.Minute, Fingerprint: "fp"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.spool(&entry{Op: opFinish, Lease: st.Lease, Finish: fin}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if left := s.Flush(ctx); left != 0 {
+		t.Fatalf("%d left", left)
+	}
+	checkCompleted(t, s, k, "r1")
+	if st := s.Stats(); st.Conflicts != 0 {
+		t.Fatalf("a replay repeated made conflicts: %+v", st)
+	}
+}
