@@ -31,6 +31,7 @@ const (
 	codeStreamIdleTimeout  = "idle_timeout"
 	codeStreamTotalTimeout = "total_timeout"
 	codeStoreUnavailable   = "store_unavailable"
+	codeUpstreamTruncated  = "upstream_truncated"
 )
 
 // writeError answers the request with e in the caller's provider shape.

@@ -257,6 +257,10 @@ func (ex *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 //go:noinline
 func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 	body := ex.resp.Body()
+	if ex.cutShort(ctx, body) {
+		ex.wholeCutShort(ctx)
+		return
+	}
 	o := &ex.final
 	*o = outcome{status: ex.resp.StatusCode()}
 	if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage()) {
@@ -283,6 +287,32 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 	}
 	ctx.SetBody(body)
 	ex.release()
+}
+
+// cutShort reports whether a sized upstream body arrived short: the
+// connection broke before Content-Length bytes came (fasthttp then gives
+// the read error's text as the body).
+func (ex *exchange) cutShort(ctx *fasthttp.RequestCtx, body []byte) bool {
+	cl := ex.resp.Header.ContentLength()
+	switch st := ex.resp.StatusCode(); {
+	case cl < 0, ctx.IsHead(), st == fasthttp.StatusNoContent, st == fasthttp.StatusNotModified:
+		return false
+	}
+	return len(body) != cl
+}
+
+// wholeCutShort answers an upstream body that broke off: a 502 in the
+// provider's shape, never the fragment as a 200; the run ends failed.
+//
+//go:noinline
+func (ex *exchange) wholeCutShort(ctx *fasthttp.RequestCtx) {
+	want := ex.resp.Header.ContentLength()
+	ex.release()
+	ex.final = outcome{status: fasthttp.StatusBadGateway, reason: codeUpstreamTruncated}
+	ex.end(&ex.final)
+	ex.s.log.Warn("upstream answer broke off before its end", "connection", ex.up.cfg.Name, "content_length", want)
+	writeError(ctx, ex.ad, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamTruncated,
+		message: "The upstream's answer broke off before its end; nothing of it is kept. Send the request again."})
 }
 
 // roundTrip sends the upstream request, retrying 429 and 5xx answers with

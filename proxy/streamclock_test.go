@@ -41,3 +41,46 @@ connections:
 		})
 	}
 }
+
+// TestWholeBodyCutShort: an upstream answer of known length that breaks
+// off (50 of its bytes, then the connection closes) is a 502
+// upstream_truncated in the provider's shape, never the fragment as a
+// 200; the run ends failed and the thread gets no reply. Persisted on
+// both stores, and not persisted.
+func TestWholeBodyCutShort(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			m := startMock(t)
+			p := startProxyWith(t, m, `
+connections:
+  - {name: kept, provider: openai, base_url: "${MOCK}"}
+  - {name: plain, provider: openai, base_url: "${MOCK}", persist: false}
+  - {name: gem, provider: gemini, base_url: "${MOCK}"}
+`, b.open(t))
+			for _, tc := range []struct{ conn, path, body, want string }{
+				{"kept", "/v1/chat/completions", chatBody, `"code":"upstream_truncated"`},
+				{"plain", "/v1/chat/completions", chatBody, `"code":"upstream_truncated"`},
+				{"gem", "/v1beta/models/gemini-2.5-flash:generateContent", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`, `"reason":"UPSTREAM_TRUNCATED"`},
+			} {
+				thread := "t-cut-" + tc.conn
+				resp, body := do(t, "POST", p.URL+"/"+tc.conn+tc.path, tc.body, "Authorization", "Bearer k", "X-Goog-Api-Key", "k",
+					"X-Mock-Cut-After", "50", "X-Thread-Id", thread)
+				if resp.StatusCode != 502 || !strings.Contains(string(body), tc.want) {
+					t.Fatalf("%s: a body cut short answered %d %s", tc.conn, resp.StatusCode, body)
+				}
+				if tc.conn == "plain" {
+					continue
+				}
+				th := apiThread(t, p, "k", thread)
+				if r := th.Get("runs.0"); r.Get("status").String() != "failed" || r.Get("reason").String() != "upstream_truncated" {
+					t.Fatalf("%s: run %s", tc.conn, r.Raw)
+				}
+				for _, msg := range th.Get("messages").Array() {
+					if role := msg.Get("role").String(); role == "assistant" || role == "model" {
+						t.Fatalf("%s: a reply landed from a body cut short: %s", tc.conn, th.Get("messages").Raw)
+					}
+				}
+			}
+		})
+	}
+}
