@@ -278,14 +278,27 @@ func (s *Store) resolve(l *store.Lease) bool {
 // stay small, and what only the fault path needs is in functions of its
 // own.
 func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
+	offline := l.Token == 0
 	if s.queued.Load() > 0 && s.settle(ctx, l.Key) || !s.resolve(&l) {
 		return s.spoolFinish(&l, f, nil)
 	}
 	err := s.Store.Finish(ctx, l, f)
+	if offline && err == nil {
+		s.forget(&l)
+	}
 	if err == nil || !unavailable(err) {
 		return err
 	}
 	return s.spoolFinish(&l, f, err)
+}
+
+// forget drops an offline run's lease once its finish landed.
+//
+//go:noinline
+func (s *Store) forget(l *store.Lease) {
+	s.mu.Lock()
+	delete(s.offline, runRef{l.Key, l.RunID})
+	s.mu.Unlock()
 }
 
 //go:noinline
@@ -434,9 +447,7 @@ func (s *Store) apply(ctx context.Context, e *entry) error {
 	default:
 		err := s.Store.Finish(ctx, l, e.Finish)
 		if err == nil || !unavailable(err) {
-			s.mu.Lock()
-			delete(s.offline, runRef{l.Key, l.RunID})
-			s.mu.Unlock()
+			s.forget(&l)
 		}
 		return err
 	}
