@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ type Server struct {
 	bin  string
 	port int
 	args []string
+	lead []string
 }
 
 // URL is the server's redis:// URL for database 0.
@@ -103,6 +105,90 @@ func start(t testing.TB, bin string, port int, extraArgs []string) (*Server, err
 	return startIn(bin, t.TempDir(), port, extraArgs)
 }
 
+// Sentinel is a master, one replica and three sentinels watching them
+// (quorum 2), started for a test: a failover setup on free ports.
+type Sentinel struct {
+	Master    *Server
+	Replica   *Server
+	Sentinels []*Server
+	// Name is the master's name the sentinels monitor.
+	Name string
+}
+
+// URL is the redis+sentinel:// URL chronicle's config takes for it.
+func (s *Sentinel) URL() string {
+	addrs := make([]string, len(s.Sentinels))
+	for i, n := range s.Sentinels {
+		addrs[i] = n.Addr
+	}
+	return "redis+sentinel://" + strings.Join(addrs, ",") + "/" + s.Name
+}
+
+// StartSentinel starts a master and a replica (with extraArgs, e.g. AOF
+// settings) and three sentinels that fail the master over after 500 ms of
+// silence. It returns once the replica is in sync and every sentinel
+// knows the master, its replica and the other sentinels.
+func StartSentinel(t testing.TB, extraArgs ...string) *Sentinel {
+	t.Helper()
+	bin := binary(t)
+	s := &Sentinel{Name: "chronicle"}
+	s.Master = Start(t, extraArgs...)
+	_, mport, _ := net.SplitHostPort(s.Master.Addr)
+	s.Replica = Start(t, append([]string{"--replicaof", "127.0.0.1", mport}, extraArgs...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rc := redis.NewClient(&redis.Options{Addr: s.Replica.Addr})
+	defer rc.Close()
+	waitUntil(t, ctx, "the replica to sync", func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	for i := 0; i < 3; i++ {
+		var n *Server
+		var lastErr error
+		for attempt := 0; attempt < 5 && n == nil; attempt++ {
+			dir := t.TempDir()
+			port := freePort(t)
+			conf := filepath.Join(dir, "sentinel.conf")
+			text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
+				"sentinel monitor %s 127.0.0.1 %s 2\nsentinel down-after-milliseconds %s 500\n"+
+				"sentinel failover-timeout %s 10000\nsentinel parallel-syncs %s 1\n",
+				port, dir, s.Name, mport, s.Name, s.Name, s.Name)
+			if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			n, lastErr = startWith(bin, dir, port, []string{conf, "--sentinel"}, nil)
+		}
+		if n == nil {
+			t.Fatalf("redistest: start a sentinel: %v", lastErr)
+		}
+		t.Cleanup(n.Kill)
+		s.Sentinels = append(s.Sentinels, n)
+	}
+	for _, n := range s.Sentinels {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: n.Addr})
+		waitUntil(t, ctx, "sentinel "+n.Addr+" to know the setup", func() bool {
+			rs, err1 := sc.Replicas(ctx, s.Name).Result()
+			ss, err2 := sc.Sentinels(ctx, s.Name).Result()
+			return err1 == nil && err2 == nil && len(rs) == 1 && len(ss) == 2
+		})
+		sc.Close()
+	}
+	return s
+}
+
+// waitUntil polls cond (an external process's state, which can only be
+// observed by asking it) until it holds or ctx ends.
+func waitUntil(t testing.TB, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("redistest: waiting for %s: %v", what, ctx.Err())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Restart starts a killed server again on its port and in its directory,
 // with its arguments, so it loads what it persisted (an AOF, say), and
 // returns once it accepts connections. The port may have been taken in
@@ -110,7 +196,7 @@ func start(t testing.TB, bin string, port int, extraArgs []string) (*Server, err
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Kill()
-	n, err := startIn(s.bin, s.Dir, s.port, s.args)
+	n, err := startWith(s.bin, s.Dir, s.port, s.lead, s.args)
 	if err != nil {
 		t.Fatalf("redistest: restart redis-server: %v", err)
 	}
@@ -120,7 +206,13 @@ func (s *Server) Restart(t testing.TB) {
 }
 
 func startIn(bin, dir string, port int, extraArgs []string) (*Server, error) {
-	args := []string{
+	return startWith(bin, dir, port, nil, extraArgs)
+}
+
+// startWith starts redis-server with lead (a config file, say) before its
+// own arguments and extraArgs after them.
+func startWith(bin, dir string, port int, lead, extraArgs []string) (*Server, error) {
+	args := append(append([]string(nil), lead...),
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -129,7 +221,7 @@ func startIn(bin, dir string, port int, extraArgs []string) (*Server, error) {
 		"--logfile", "",
 		"--daemonize", "no",
 		"--protected-mode", "no",
-	}
+	)
 	args = append(args, extraArgs...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
@@ -142,7 +234,7 @@ func startIn(bin, dir string, port int, extraArgs []string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, cmd: cmd, done: make(chan struct{}),
-		bin: bin, port: port, args: extraArgs}
+		bin: bin, port: port, args: extraArgs, lead: lead}
 	ready := make(chan struct{})
 	var tail []string
 	var tailMu sync.Mutex
@@ -156,7 +248,7 @@ func startIn(bin, dir string, port int, extraArgs []string) (*Server, error) {
 				tail = append(tail, line)
 			}
 			tailMu.Unlock()
-			if !signalled && strings.Contains(line, "Ready to accept connections") {
+			if !signalled && (strings.Contains(line, "Ready to accept connections") || strings.Contains(line, "+monitor master")) {
 				signalled = true
 				close(ready)
 			}
