@@ -600,7 +600,7 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 	defer ex.release()
 	cfg := ex.up.cfg
 	dog := limiter.NewWatchdog(context.Background(), limiter.Timeouts{Idle: cfg.Timeouts.Idle.D(), Total: cfg.Timeouts.Total.D()})
-	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex, dog: dog}
+	tee := &chunkTee{w: w, src: ex.resp.BodyStream(), ex: ex, dog: dog, holdEnd: ex.asm != nil && ex.turn != nil}
 	// The clocks and a cancel request close the upstream body, which ends
 	// the read in flight; no goroutine waits for them.
 	rc := new(relayControl)
@@ -644,10 +644,13 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 		o.aborted, o.reason = true, "client_disconnected"
 	}
 	if ex.end(o) != nil && o.turn.Terminal && !o.aborted {
-		// A chunked answer reached the client whole before its end could
-		// be recorded (the closing bracket is not held back).
-		ex.s.metrics.countAckedNotStored()
+		// The turn is neither stored nor spooled: the array's closing
+		// bracket, held back, never goes out, so the client's parser
+		// finds the answer cut short rather than whole.
+		ex.s.metrics.countTurnRefused()
+		return
 	}
+	tee.release()
 }
 
 // takeResult sets the final outcome's turn to the assembler's.
@@ -665,6 +668,11 @@ type chunkTee struct {
 	clientGone bool
 	head       []byte // the first bytes, kept for an error body
 	dog        *limiter.Watchdog
+	// holdEnd: what could be the array's end (a trailing ']' and the
+	// whitespace after it) is held back until the turn is recorded, as a
+	// stream's last event is; held is what is held.
+	holdEnd bool
+	held    []byte
 }
 
 func (c *chunkTee) Read(p []byte) (int, error) {
@@ -675,7 +683,24 @@ func (c *chunkTee) Read(p []byte) (int, error) {
 			c.head = append(c.head, p[:n]...)
 		}
 		if !c.clientGone {
-			if _, werr := c.w.Write(p[:n]); werr != nil || c.ex.flush(c.w) != nil {
+			out := p[:n]
+			var werr error
+			if c.holdEnd {
+				// More came, so what was held was not the end.
+				if len(c.held) > 0 {
+					_, werr = c.w.Write(c.held)
+					c.held = c.held[:0]
+				}
+				cut := len(bytes.TrimRight(out, " \t\r\n"))
+				if cut > 0 && out[cut-1] == ']' {
+					c.held = append(c.held, out[cut-1:]...)
+					out = out[:cut-1]
+				}
+			}
+			if werr == nil {
+				_, werr = c.w.Write(out)
+			}
+			if werr != nil || c.ex.flush(c.w) != nil {
 				c.clientGone = true
 				if !c.ex.detach {
 					return n, io.ErrUnexpectedEOF
@@ -684,6 +709,16 @@ func (c *chunkTee) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// release sends what was held back, once the turn is recorded.
+func (c *chunkTee) release() {
+	if len(c.held) > 0 && !c.clientGone {
+		if _, err := c.w.Write(c.held); err == nil {
+			_ = c.ex.flush(c.w)
+		}
+		c.held = c.held[:0]
+	}
 }
 
 // flush sends what is buffered to the client (see flushWithin).

@@ -8,34 +8,34 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// storeFaultMetrics count what the store's faults did to turns: the turns
-// whose end the client was told was not kept, and the turns acknowledged
-// although they were kept nowhere (a relay that had already sent the
-// answer's end when its finish failed); the second must stay 0.
+// storeFaultMetrics count what the store's faults did to turns.
 type storeFaultMetrics struct {
 	refused prometheus.Counter
-	unacked prometheus.Counter
 }
 
 func (m *serverMetrics) registerStoreFaults() {
 	m.faults.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_turns_not_stored_total",
-		Help: "Turns the upstream answered whole that could be neither stored nor spooled; each client was told (an error event or a 503)."})
-	m.faults.unacked = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_turns_acknowledged_not_stored_total",
-		Help: "Turns whose clients received a clean end although they were stored and spooled nowhere; must stay 0."})
-	m.reg.MustRegister(m.faults.refused, m.faults.unacked)
+		Help: "Turns the upstream answered whole that could be neither stored nor spooled; each client was told (an error event, a 503, an unclosed array)."})
+	m.reg.MustRegister(m.faults.refused)
 }
 
 // countTurnRefused counts a whole answer whose turn could not be kept, and
 // whose client is told so.
 func (m *serverMetrics) countTurnRefused() { m.faults.refused.Inc() }
 
-// countAckedNotStored counts a turn whose client saw a clean end that is
-// stored nowhere.
-func (m *serverMetrics) countAckedNotStored() { m.faults.unacked.Inc() }
-
-// registerSpool exposes the local journal's state when the store has one.
+// registerSpool exposes the local journal's state when the store has one,
+// and the turns acknowledged but kept nowhere: a relay never sends an
+// answer's end before its turn is recorded, so those are only spooled
+// finishes the store refused on replay (fenced by a newer lease); 0
+// without a spool.
 func (m *serverMetrics) registerSpool(st store.Store) {
 	sp, ok := st.(interface{ Stats() spool.Stats })
+	lost := func() float64 { return 0 }
+	if ok {
+		lost = func() float64 { return float64(sp.Stats().Lost) }
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "chronicle_turns_acknowledged_not_stored_total",
+		Help: "Turns whose clients read a clean end that are kept nowhere (spooled finishes the store refused on replay); must stay 0."}, lost))
 	if !ok {
 		return
 	}

@@ -173,6 +173,10 @@ connections:
 			}
 			st := spoolA.Stats()
 			if newerRunOnB {
+				_, metrics := do(t, "GET", pA.URL+"/metrics", "")
+				if !strings.Contains(string(metrics), "chronicle_turns_acknowledged_not_stored_total 1") {
+					t.Errorf("the fenced turn is not counted as acknowledged and kept nowhere:\n%s", grepLines(string(metrics), "chronicle_turns_"))
+				}
 				if run.Status != store.Failed || st.Conflicts == 0 || string(joinArray(th.Messages)) != string(bThread) {
 					t.Fatalf("fenced replay: run %s %s, stats %+v, thread changed: %v", run.Status, run.Reason, st, string(joinArray(th.Messages)) != string(bThread))
 				}

@@ -64,6 +64,10 @@ type Stats struct {
 	Replayed  int64 // writes applied from the journal
 	Conflicts int64 // writes the backend refused on replay (fenced, illegal): dropped
 	Full      int64 // writes refused because the journal was full
+	// Lost counts spooled finishes the store refused on replay: turns
+	// whose clients were told they were whole, kept nowhere. Each is also
+	// a conflict, and logged.
+	Lost int64
 }
 
 // Store is a store.Store that spools what its backend cannot take. Safe
@@ -93,7 +97,7 @@ type Store struct {
 	stop      chan struct{}
 	done      chan struct{}
 
-	spooled, replayed, conflicts, full atomic.Int64
+	spooled, replayed, conflicts, full, lost atomic.Int64
 }
 
 var _ store.AsyncSaver = (*Store)(nil)
@@ -154,7 +158,7 @@ func (s *Store) Stats() Stats {
 		st.Oldest = s.pending[0].At
 	}
 	s.mu.Unlock()
-	st.Spooled, st.Replayed, st.Conflicts, st.Full = s.spooled.Load(), s.replayed.Load(), s.conflicts.Load(), s.full.Load()
+	st.Spooled, st.Replayed, st.Conflicts, st.Full, st.Lost = s.spooled.Load(), s.replayed.Load(), s.conflicts.Load(), s.full.Load(), s.lost.Load()
 	return st
 }
 
@@ -393,6 +397,9 @@ func (s *Store) replay(ctx context.Context) int {
 		}
 		if err != nil {
 			s.conflicts.Add(1)
+			if e.Op == opFinish {
+				s.lost.Add(1)
+			}
 			s.log.Error("spool: the store refused a spooled write; it is dropped", "thread", e.Lease.Key.Thread, "run", e.Lease.RunID, "err", err)
 		} else {
 			s.replayed.Add(1)

@@ -205,7 +205,7 @@ func TestReplayFencedByNewerLease(t *testing.T) {
 	if left := s.Flush(ctx); left != 0 {
 		t.Fatalf("%d left", left)
 	}
-	if st := s.Stats(); st.Conflicts != 1 || st.Replayed != 0 {
+	if st := s.Stats(); st.Conflicts != 1 || st.Lost != 1 || st.Replayed != 0 {
 		t.Fatalf("stats: %+v", st)
 	}
 	if r, _ := b.GetRun(ctx, k, "r1"); r.Status != store.Failed || r.Reason != store.ReasonProxyLost {
