@@ -182,7 +182,9 @@ connections:
 	}
 
 	sent := make(chan *http.Response, 1)
-	go func() { sent <- send(t, "POST", p.URL+path, body, "X-Goog-Api-Key", "k", "X-Thread-Id", "t-array-2", "X-Mock-Gate", "ga") }()
+	go func() {
+		sent <- send(t, "POST", p.URL+path, body, "X-Goog-Api-Key", "k", "X-Thread-Id", "t-array-2", "X-Mock-Gate", "ga")
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.WaitGated(ctx, "ga", 1); err != nil {
