@@ -370,3 +370,21 @@ func TestStartOffline(t *testing.T) {
 		t.Fatalf("a replay repeated made conflicts: %+v", st)
 	}
 }
+
+// BenchmarkStore: the conformance benchmarks on Redis behind the spool,
+// to set beside store/redis's BenchmarkStore (the spool's cost with an
+// empty journal).
+func BenchmarkStore(b *testing.B) {
+	storetest.RunBenchmarks(b, func(t testing.TB, now func() time.Time) store.Store {
+		srv := redistest.Start(t)
+		backend, err := redisstore.Open(context.Background(), redisstore.Options{URL: srv.URL(), Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(backend, Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
