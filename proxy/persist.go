@@ -70,6 +70,9 @@ type turn struct {
 	// the session id is the connection's per-model one, so a client that
 	// never names threads still keeps its provider cache warm.
 	ownThread bool
+	// fingerprint is the request's, as StartRun took it (a spooled
+	// finish's Rebuild starts the run again with it).
+	fingerprint string
 	// upstreamBody is kept on the run when the connection audits it.
 	upstreamBody []byte
 
@@ -222,9 +225,10 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	if kept != nil {
 		known = kept.digest
 	}
+	t.fingerprint = fingerprint(body)
 	sr := store.StartRun{
 		Key: t.key, RunID: t.runID, Owner: s.replicaID, TTL: s.cfg.Leases.TTL.D(),
-		Fingerprint: fingerprint(body), Model: t.model, LoadThread: true, KnownDigest: known,
+		Fingerprint: t.fingerprint, Model: t.model, LoadThread: true, KnownDigest: known,
 		// compose takes the stored system blob only into a request that
 		// continues or appends and brings none of its own.
 		NoSystem: !(empty || mode == modeAppend) || ad.System(body) != nil,
@@ -800,9 +804,10 @@ func (t *turn) finish(o *outcome) error {
 
 // finishing is a finish as finishRecord builds it.
 type finishing struct {
-	f    store.Finish
-	tr   store.Transcript
-	tail eventTail
+	f       store.Finish
+	tr      store.Transcript
+	rebuild store.Rebuild
+	tail    eventTail
 	// The transcript the finish writes, for the thread cache.
 	parts, replies [][]byte
 	hashes         []store.Hash
@@ -875,7 +880,26 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 		fr.tr = t.transcriptFrom(nil, t.parts, t.hashes)
 		f.Transcript = &fr.tr
 	}
+	if f.Transcript != nil {
+		t.setRebuild(fr)
+	}
 	return fr
+}
+
+// setRebuild gives the finish what a spool needs to apply it from nothing
+// (store.Rebuild): slices of what the finish writes anyway, no copy.
+//
+//go:noinline
+func (t *turn) setRebuild(fr *finishing) {
+	rs := &fr.rebuild.Start
+	rs.Key, rs.RunID, rs.Owner, rs.TTL = t.key, t.runID, t.s.replicaID, t.s.cfg.Leases.TTL.D()
+	rs.Fingerprint, rs.Model = t.fingerprint, t.model
+	parts, hashes := fr.parts, fr.hashes
+	if parts == nil {
+		parts, hashes = t.parts, t.hashes
+	}
+	fr.rebuild.Transcript = t.transcriptFrom(nil, parts, hashes)
+	fr.f.Rebuild = &fr.rebuild
 }
 
 // finishFailed forgets the thread's cached transcript and logs a finish

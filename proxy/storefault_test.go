@@ -3,12 +3,14 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/store/embedded"
 	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
 	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/chronicle-proxy/chronicle/store/spool"
@@ -20,6 +22,68 @@ import (
 // [DONE] would have been; a non-stream answer is a 503 under
 // on_store_error: fail, and goes out marked X-Persisted: false under pass.
 func TestUnstoredTurnIsNotAcknowledged(t *testing.T) {
+	t.Run("redis", unstoredOnRedis)
+	t.Run("embedded", unstoredOnEmbedded)
+}
+
+// unstoredOnEmbedded: the embedded store failing under a turn (its
+// database closed: every write an I/O error) gets the same answer as a
+// Redis that died.
+func unstoredOnEmbedded(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream %v", stream), func(t *testing.T) {
+			st, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := startMock(t)
+			p := startProxyWith(t, m, `
+connections:
+  - {name: strict, provider: openai, base_url: "${MOCK}", on_store_error: fail}
+`, st)
+			body := chatBody
+			if stream {
+				body = streamBody
+			}
+			sent := make(chan *http.Response, 1)
+			go func() {
+				sent <- send(t, "POST", p.URL+"/strict/v1/chat/completions", body, "Authorization", "Bearer k", "X-Thread-Id", "t-io", "X-Mock-Gate", "io")
+			}()
+			var resp *http.Response
+			var br *bufio.Reader
+			if stream {
+				resp = <-sent
+				br = bufio.NewReader(resp.Body)
+				readEvent(t, br)
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := m.WaitGated(ctx, "io", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			m.Release("io")
+			if !stream {
+				resp = <-sent
+				br = bufio.NewReader(resp.Body)
+			}
+			defer resp.Body.Close()
+			rest, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stream && (strings.Contains(string(rest), "[DONE]") || !strings.Contains(string(rest), `"code":"store_unavailable"`)) ||
+				!stream && (resp.StatusCode != 503 || !strings.Contains(string(rest), `"code":"store_unavailable"`)) {
+				t.Fatalf("a turn the embedded store could not write: %d\n%s", resp.StatusCode, rest)
+			}
+		})
+	}
+}
+
+func unstoredOnRedis(t *testing.T) {
 	cases := []struct {
 		name, conn string
 		stream     bool

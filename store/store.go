@@ -369,6 +369,20 @@ type Finish struct {
 	// run finishes all the same.
 	EventsFrom int64
 	Events     [][]byte
+	// Rebuild, when set, lets the finish stand on its own if the store
+	// lost what it builds on: the run's start or its pending turn,
+	// acknowledged and then lost (a Redis crash inside its AOF's fsync
+	// window, a failover before they replicated). Backends ignore it; the
+	// spool (store/spool), replaying a finish the store refuses for that
+	// reason, starts the run again and writes the whole transcript, if
+	// the thread has not moved past it.
+	Rebuild *Rebuild
+}
+
+// Rebuild is what a finish needs to be applied from nothing.
+type Rebuild struct {
+	Start      StartRun   // the run's start, to do again
+	Transcript Transcript // the whole transcript the finish leaves (Keep 0)
 }
 
 // Event is one entry of a run's event log; Seq is 1-based.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,8 +17,14 @@ import (
 // chronicle spools the turn's finish and the client gets the whole
 // answer; chronicle is then SIGKILLed with the journal still full. Redis
 // comes back, a new chronicle starts on the same spool path, and the
-// thread it serves holds the whole turn, its run completed.
+// thread it serves holds the whole turn, its run completed. Five times.
 func TestRestartReplaysJournal(t *testing.T) {
+	for i := 0; i < 5; i++ {
+		t.Run(fmt.Sprint(i), restartReplaysJournal)
+	}
+}
+
+func restartReplaysJournal(t *testing.T) {
 	m, err := mock.Start("127.0.0.1:0", mock.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -453,11 +453,64 @@ func (s *Store) apply(ctx context.Context, e *entry) error {
 		return err
 	default:
 		err := s.Store.Finish(ctx, l, e.Finish)
+		if e.Finish.Rebuild != nil && (errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict)) {
+			err = s.rebuild(ctx, l, e.Finish, err)
+		}
 		if err == nil || !unavailable(err) {
 			s.forget(&l)
 		}
 		return err
 	}
+}
+
+// rebuild applies a finish whose run or pending turn the store lost
+// (cause: the store's refusal, not found or a transcript that does not
+// fit): it starts the run again if it is gone and writes the whole
+// transcript over what the thread holds, provided what it holds is a
+// prefix of it. A thread that moved past the spooled turn (a newer run
+// wrote it) is a conflict: the newer history stays.
+func (s *Store) rebuild(ctx context.Context, l store.Lease, f *store.Finish, cause error) error {
+	rb := f.Rebuild
+	g := *f
+	g.Rebuild = nil
+	var stored []store.Hash
+	start := rb.Start
+	start.LoadThread, start.KnownDigest = true, ""
+	st, err := s.Store.StartRun(ctx, start)
+	switch {
+	case err == nil && st.Created:
+		// The run was gone: it starts again under a new lease. A parked
+		// run it resumed may be gone too.
+		l, stored, g.Resumes = st.Lease, st.Thread.Hashes, ""
+	case err == nil || errors.Is(err, store.ErrLeaseHeld):
+		// The run is there (its own lease may hold the thread): only
+		// the transcript did not fit.
+		th, lerr := s.Store.LoadThread(ctx, l.Key)
+		if lerr != nil && !errors.Is(lerr, store.ErrNotFound) {
+			return lerr
+		}
+		stored = th.Hashes
+		if errors.Is(cause, store.ErrNotFound) {
+			g.Resumes = "" // the parked run it resumed is the one gone
+		}
+	default:
+		return err
+	}
+	if store.CommonPrefix(stored, rb.Transcript.Hashes) != len(stored) {
+		if err == nil && st.Created {
+			// The restarted run must not stay running.
+			_ = s.Store.Finish(ctx, l, &store.Finish{Status: store.Failed, Reason: "store_lost"})
+		}
+		return fmt.Errorf("%w: spool: thread %s moved past the spooled turn of run %s (%v)", store.ErrConflict, l.Key, l.RunID, cause)
+	}
+	tr := store.Diff(stored, rb.Transcript.Messages, rb.Transcript.Hashes)
+	tr.System, tr.Connection, tr.Format, tr.Model = rb.Transcript.System, rb.Transcript.Connection, rb.Transcript.Format, rb.Transcript.Model
+	g.Transcript = &tr
+	if err := s.Store.Finish(ctx, l, &g); err != nil {
+		return err
+	}
+	s.log.Warn("spool: the store had lost what a spooled finish builds on; the turn was written whole", "thread", l.Key.Thread, "run", l.RunID, "cause", cause)
+	return nil
 }
 
 // errBusy: a replayed start found its thread's lease held; the journal

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -387,4 +388,76 @@ func BenchmarkStore(b *testing.B) {
 		}
 		return s
 	})
+}
+
+// TestRebuildWhatTheStoreLost: Redis acknowledged a run's start and its
+// pending turn, then lost them (a crash inside appendfsync everysec's
+// window, a failover before they replicated); the run's finish, spooled,
+// carries what it needs to stand on its own. The replay starts the run
+// again and writes the whole turn; unless the thread moved past it in the
+// meantime, which stays as it is (a conflict, counted as lost).
+func TestRebuildWhatTheStoreLost(t *testing.T) {
+	for _, movedOn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("moved on %v", movedOn), func(t *testing.T) {
+			f := startFaultRedis(t)
+			s, b := f.open(t, Options{RetryMin: time.Hour})
+			ctx := context.Background()
+			k := store.Key{Tenant: "t", Thread: "lost"}
+			l, fin := pendingTurn(t, s, k, "r1")
+			fin.Rebuild = &store.Rebuild{
+				Start: store.StartRun{Key: k, RunID: "r1", Owner: "replica-a", TTL: 30 * time.Second, Fingerprint: "r1"},
+				Transcript: store.Transcript{Messages: [][]byte{mustMsg(1, "user"), mustMsg(2, "assistant")},
+					Hashes: []store.Hash{hashOf(1, "user"), hashOf(2, "assistant")}},
+			}
+			if err := f.srv.Client(t).FlushAll(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var newer []byte
+			if movedOn {
+				nl, nf := pendingTurn(t, b, k, "r2")
+				if err := b.Finish(ctx, nl, nf); err != nil {
+					t.Fatal(err)
+				}
+				th, _ := b.LoadThread(ctx, k)
+				newer = bytes.Join(th.Messages, []byte{','})
+				nt := store.Transcript{Keep: 2, KeepHash: th.Hashes[1], Messages: [][]byte{mustMsg(9, "user")}, Hashes: []store.Hash{hashOf(9, "user")}}
+				nl2, err := b.StartRun(ctx, store.StartRun{Key: k, RunID: "r3", Owner: "b", TTL: time.Minute, Fingerprint: "r3"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Finish(ctx, nl2.Lease, &store.Finish{Status: store.Completed, Transcript: &nt}); err != nil {
+					t.Fatal(err)
+				}
+				th, _ = b.LoadThread(ctx, k)
+				newer = bytes.Join(th.Messages, []byte{','})
+			}
+			if err := s.spool(&entry{Op: opFinish, Lease: l, Finish: fin}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if left := s.Flush(ctx); left != 0 {
+				t.Fatalf("%d left", left)
+			}
+			st := s.Stats()
+			if !movedOn {
+				checkCompleted(t, s, k, "r1")
+				if st.Lost != 0 {
+					t.Fatalf("stats: %+v", st)
+				}
+				return
+			}
+			th, _ := b.LoadThread(ctx, k)
+			if got := bytes.Join(th.Messages, []byte{','}); !bytes.Equal(got, newer) || st.Lost != 1 {
+				t.Fatalf("the newer history changed, or the lost turn is not counted: %+v\n%s\n%s", st, got, newer)
+			}
+			if r, _ := b.GetRun(ctx, k, "r1"); r.Status != store.Failed {
+				t.Fatalf("the restarted run was left %s", r.Status)
+			}
+		})
+	}
+}
+
+func mustMsg(i int, role string) []byte { m, _ := storetest.Msg(i, role); return m }
+func hashOf(i int, role string) store.Hash {
+	_, h := storetest.Msg(i, role)
+	return h
 }
