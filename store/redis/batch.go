@@ -28,6 +28,11 @@ type batch struct {
 
 	sent   chan struct{} // closed when a lane has sent it
 	onSent func(error)   // an asynchronous batch's caller (execAsync)
+	// resent: a script answered NOSCRIPT and ran again in a pipeline of
+	// its own, after the rest of the batch.
+	resent bool
+	// wait is a finish's WAIT for a replica, queued after it (nil: none).
+	wait *redis.Cmd
 }
 
 // queuedScript is a script queued as EVALSHA. Its arguments are the
@@ -313,6 +318,7 @@ func (b *batch) result(s *Store) error {
 		}
 	}
 	if len(again) > 0 {
+		b.resent = true
 		pipe := s.c.Pipeline()
 		evals := make([]*redis.Cmd, len(again))
 		for i, q := range again {

@@ -82,7 +82,13 @@ type Store struct {
 	pre       string
 	cluster   bool
 	waitAOF   atomic.Int32 // 0 unknown, 1 supported, 2 unsupported
-	send      sender
+	// replicas is how many replicas the master had when last asked
+	// (watchReplicas); while there are any, a finish waits for one of
+	// them to have it (WAIT), so a failover cannot lose it.
+	replicas     atomic.Int32
+	stopReplicas chan struct{}
+	replicasDone chan struct{}
+	send         sender
 }
 
 var (
@@ -245,11 +251,24 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s.preload(ctx)
+	if !s.cluster {
+		s.stopReplicas, s.replicasDone = make(chan struct{}), make(chan struct{})
+		s.countReplicas(ctx)
+		go s.watchReplicas()
+	}
 	return s, nil
 }
 
 // Close ends the sender goroutines and closes the client if Open created it.
 func (s *Store) Close() error {
+	if s.stopReplicas != nil {
+		select {
+		case <-s.stopReplicas:
+		default:
+			close(s.stopReplicas)
+			<-s.replicasDone
+		}
+	}
 	s.stopSenders()
 	if s.ownClient {
 		return s.c.Close()
@@ -321,4 +340,37 @@ func fromMS(v string) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(n).UTC()
+}
+
+// countReplicas reads how many replicas the master has.
+func (s *Store) countReplicas(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := s.c.Info(ctx, "replication").Result()
+	if err != nil {
+		return // unknown: keep the last count
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			n, _ = strconv.Atoi(v)
+		}
+	}
+	s.replicas.Store(int32(n))
+}
+
+// watchReplicas counts the master's replicas every second until Close: a
+// failover brings a master with other replicas (or none).
+func (s *Store) watchReplicas() {
+	defer close(s.replicasDone)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopReplicas:
+			return
+		case <-t.C:
+			s.countReplicas(context.Background())
+		}
+	}
 }

@@ -538,7 +538,33 @@ func (s *Store) finish(ctx context.Context, l store.Lease, f *store.Finish, sys 
 	if err := s.finishReply(ctx, l, f, cmd); err != nil {
 		return err
 	}
+	if err := b.replicated(); err != nil {
+		return err
+	}
 	return s.waitFsync(ctx, meta)
+}
+
+// replicaWait bounds a finish's wait for a replica.
+const replicaWait = time.Second
+
+// replicated reports a finish that no replica confirmed (b.wait, queued by
+// queueFinish while the master has replicas) as unavailable, so the
+// caller keeps it (the spool) and it is applied again later, which changes
+// nothing where it landed. A finish re-sent after NOSCRIPT ran after its
+// WAIT, which then confirmed nothing. (The wait lives in the batch, and
+// this is a function of its own: the finish's frame is on the stack of a
+// stream's connection.)
+//
+//go:noinline
+func (b *batch) replicated() error {
+	if b.wait == nil {
+		return nil
+	}
+	n, err := b.wait.Int64()
+	if err == nil && n >= 1 && !b.resent {
+		return nil
+	}
+	return fmt.Errorf("%w: redis: no replica confirmed the finish (WAIT: %d, %v)", store.ErrUnavailable, n, err)
 }
 
 // queueFinish queues the finish's commands on b and returns the script's
@@ -620,6 +646,11 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 		// script does them, and the sweeper entry's removal, itself.
 		s.queueIndex(ctx, b.pipe, l.Key, now, f.Transcript != nil)
 		b.pipe.ZRem(ctx, s.active(), member)
+	}
+	if s.replicas.Load() > 0 {
+		// On the finish's own connection, after it: WAIT counts the
+		// replicas that have every write the connection made.
+		b.wait = b.pipe.Do(ctx, "WAIT", 1, replicaWait.Milliseconds())
 	}
 	return cmd, keys[0]
 }
