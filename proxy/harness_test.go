@@ -44,6 +44,17 @@ func sharedRedis(t testing.TB) func() store.Store {
 	}
 }
 
+// openRedis opens a Redis store at url, closed when the test ends.
+func openRedis(t testing.TB, url string) *redisstore.Store {
+	t.Helper()
+	st, err := redisstore.Open(context.Background(), redisstore.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 func openEmbedded(t testing.TB, dir string) store.Store {
 	st, err := embedded.Open(dir, embedded.Options{NoSync: true})
 	if err != nil {

@@ -2,12 +2,10 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"strings"
 	"testing"
 
-	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
 	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/tidwall/gjson"
 )
@@ -17,11 +15,7 @@ import (
 // the answer X-Persisted: false; /readyz reports the store.
 func TestStoreUnavailable(t *testing.T) {
 	rd := redistest.Start(t)
-	st, err := redisstore.Open(context.Background(), redisstore.Options{URL: rd.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openRedis(t, rd.URL())
 	m := startMock(t)
 	p := startProxyWith(t, m, `
 connections:

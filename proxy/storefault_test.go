@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/store/embedded"
-	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
 	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/chronicle-proxy/chronicle/store/spool"
 )
@@ -96,11 +95,7 @@ func unstoredOnRedis(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rd := redistest.Start(t)
-			st, err := redisstore.Open(context.Background(), redisstore.Options{URL: rd.URL()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Close()
+			st := openRedis(t, rd.URL())
 			m := startMock(t)
 			p := startProxyWith(t, m, `
 connections:
@@ -175,10 +170,7 @@ connections:
 // conversation the client never had.
 func TestStoreDownAtStart(t *testing.T) {
 	rd := redistest.Start(t, "--appendonly", "yes")
-	backend, err := redisstore.Open(context.Background(), redisstore.Options{URL: rd.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	backend := openRedis(t, rd.URL())
 	sp, err := spool.Open(backend, spool.Options{Dir: t.TempDir(), RetryMin: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -229,11 +221,7 @@ func TestGeminiArrayEndHeldBack(t *testing.T) {
 	const path = "/g/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 	const body = `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
 	rd := redistest.Start(t)
-	st, err := redisstore.Open(context.Background(), redisstore.Options{URL: rd.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openRedis(t, rd.URL())
 	m := startMock(t)
 	p := startProxyWith(t, m, `
 connections:
