@@ -41,7 +41,6 @@ type faultRun struct {
 	// fault is closed once the fault was injected; counters taken after.
 	mu             sync.Mutex
 	faulted        bool
-	inFlightAtHit  int64
 	startedBefore  map[*faultClient]bool
 	endedAfter     int // responses ended after the fault
 	faultEnded     chan struct{}
@@ -227,7 +226,6 @@ func (f *faultRun) drive(pause bool) {
 	<-hit
 	f.mu.Lock()
 	f.faulted = true
-	f.inFlightAtHit = int64(len(f.startedBefore))
 	if pause {
 		f.rd.Pause(f.t)
 	} else {
