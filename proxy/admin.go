@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -41,7 +42,8 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx, rest []byte) {
 		return
 	}
 	if s.store == nil {
-		writeError(ctx, openAIAdapter, apiError{status: 404, code: "not_found", message: "This proxy stores nothing (no store configured)."})
+		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.NotFound,
+			"This proxy stores nothing (no store configured)."))
 		return
 	}
 	var parts []string
@@ -71,7 +73,8 @@ func (s *Server) serveAdmin(ctx *fasthttp.RequestCtx, rest []byte) {
 	case len(parts) == 5 && parts[0] == "threads" && parts[3] == "runs" && method == "GET":
 		s.adminRun(ctx, store.Key{Tenant: parts[1], Thread: parts[2]}, parts[4])
 	default:
-		writeError(ctx, openAIAdapter, apiError{status: 404, code: "not_found", message: "No such admin route."})
+		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.NotFound,
+			"No such admin route."))
 	}
 }
 
@@ -117,13 +120,14 @@ func (s *Server) adminAuthorized(ctx *fasthttp.RequestCtx) bool {
 	case len(got) > 0:
 		msg = "The admin token is not valid."
 	}
-	writeError(ctx, openAIAdapter, apiError{status: 401, code: "invalid_admin_token", message: msg})
+	apierr.Write(ctx, openAIAdapter, apierr.New(apierr.InvalidAdminToken,
+		msg))
 	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="chronicle admin"`)
 	return false
 }
 
-func adminBadRequest(ctx *fasthttp.RequestCtx, code, msg string) {
-	writeError(ctx, openAIAdapter, apiError{status: 400, code: code, message: msg})
+func adminBadRequest(ctx *fasthttp.RequestCtx, code apierr.Code, msg string) {
+	apierr.Write(ctx, openAIAdapter, apierr.New(code, msg))
 }
 
 // auditError answers a failed audit call.
@@ -132,7 +136,8 @@ func (s *Server) auditError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, ErrBadCursor), errors.Is(err, ErrBadFilter):
 		badInput(ctx, err)
 	case errors.Is(err, ErrBusy):
-		writeError(ctx, openAIAdapter, apiError{status: 409, code: "thread_busy", retryAfter: 1, message: "A run is in flight on this thread; cancel it or retry when it ends."})
+		apierr.Write(ctx, openAIAdapter, apierr.Retry(apierr.ThreadBusy, 1,
+			"A run is in flight on this thread; cancel it or retry when it ends."))
 	default:
 		s.storeError(ctx, err, "thread")
 	}
@@ -156,7 +161,7 @@ func auditQuery(ctx *fasthttp.RequestCtx) (AuditQuery, bool) {
 	if v := args.Peek("limit"); len(v) > 0 {
 		n, err := strconv.Atoi(string(v))
 		if err != nil || n < 1 {
-			adminBadRequest(ctx, "invalid_filter", "limit must be a positive integer (at most 500).")
+			adminBadRequest(ctx, apierr.InvalidFilter, "limit must be a positive integer (at most 500).")
 			return q, false
 		}
 		q.Limit = n
@@ -172,7 +177,7 @@ func auditQuery(ctx *fasthttp.RequestCtx) (AuditQuery, bool) {
 // filter and the value the caller sent; no secret can be in it.
 func badInput(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, ErrBadCursor) {
-		adminBadRequest(ctx, "invalid_cursor", "The cursor is not one this API handed out.")
+		adminBadRequest(ctx, apierr.InvalidCursor, "The cursor is not one this API handed out.")
 		return
 	}
 	adminBadRequest(ctx, "invalid_filter", strings.TrimPrefix(err.Error(), ErrBadFilter.Error()+": ")+".")
@@ -276,7 +281,7 @@ func (s *Server) adminExport(ctx *fasthttp.RequestCtx, a *Audit) {
 		n, err := a.Export(ectx, q, w, nil)
 		if err != nil {
 			s.log.Warn("admin export ended early", "threads", n, "err", err)
-			_, _ = w.Write(openAIAdapter.ErrorBody(503, "export_failed", "The export ended early: the store could not be read."))
+			_, _ = w.Write(apierr.Body(openAIAdapter, apierr.New(apierr.ExportFailed, "The export ended early: the store could not be read.")))
 			_, _ = w.Write([]byte("\n"))
 			_ = w.Flush()
 		}
@@ -319,7 +324,8 @@ var uiAssets = map[string]string{
 func (s *Server) serveUI(ctx *fasthttp.RequestCtx, rest []byte) {
 	m := string(ctx.Method())
 	if m != "GET" && m != "HEAD" {
-		writeError(ctx, openAIAdapter, apiError{status: 405, code: "method_not_allowed", message: "The UI is read with GET."})
+		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.MethodNotAllowed,
+			"The UI is read with GET."))
 		return
 	}
 	name := strings.Trim(string(rest), "/")
@@ -328,12 +334,14 @@ func (s *Server) serveUI(ctx *fasthttp.RequestCtx, rest []byte) {
 	}
 	ct, ok := uiAssets[name]
 	if !ok {
-		writeError(ctx, openAIAdapter, apiError{status: 404, code: "not_found", message: "No such UI file."})
+		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.NotFound,
+			"No such UI file."))
 		return
 	}
 	b, err := uiFS.ReadFile("ui/" + name)
 	if err != nil {
-		writeError(ctx, openAIAdapter, apiError{status: 404, code: "not_found", message: "No such UI file."})
+		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.NotFound,
+			"No such UI file."))
 		return
 	}
 	h := &ctx.Response.Header

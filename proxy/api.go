@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -21,28 +22,33 @@ import (
 func (s *Server) serveAPI(ctx *fasthttp.RequestCtx, rest []byte) {
 	ad := openAIAdapter
 	if s.store == nil {
-		writeError(ctx, ad, apiError{status: 404, code: "not_found", message: "This proxy stores nothing (no store configured)."})
+		apierr.Write(ctx, ad, apierr.New(apierr.NotFound,
+			"This proxy stores nothing (no store configured)."))
 		return
 	}
 	key, cred := clientKey(&ctx.Request)
 	if cred == credNone {
-		writeError(ctx, ad, apiError{status: 401, code: codeMissingAPIKey, message: "No API key was provided."})
+		apierr.Write(ctx, ad, apierr.New(apierr.MissingAPIKey,
+			"No API key was provided."))
 		return
 	}
 	tenant := passThroughTenant(key)
 	if s.clients.enabled() {
 		if tenant = s.clients.tenant(key); tenant == "" {
-			writeError(ctx, ad, apiError{status: 401, code: codeInvalidAPIKey, message: "The API key is not one of this proxy's client keys."})
+			apierr.Write(ctx, ad, apierr.New(apierr.InvalidAPIKey,
+				"The API key is not one of this proxy's client keys."))
 			return
 		}
 	}
 	parts := strings.Split(strings.Trim(string(rest), "/"), "/")
 	if len(parts) < 2 || parts[0] != "threads" {
-		writeError(ctx, ad, apiError{status: 404, code: "not_found", message: "No such API route."})
+		apierr.Write(ctx, ad, apierr.New(apierr.NotFound,
+			"No such API route."))
 		return
 	}
 	if !validID([]byte(parts[1])) {
-		writeError(ctx, ad, apiError{status: 400, code: "invalid_thread_id", message: "The thread id must be 1-128 characters of [A-Za-z0-9._:-]."})
+		apierr.Write(ctx, ad, apierr.New(apierr.InvalidThreadID,
+			"The thread id must be 1-128 characters of [A-Za-z0-9._:-]."))
 		return
 	}
 	k := store.Key{Tenant: tenant, Thread: parts[1]}
@@ -54,29 +60,37 @@ func (s *Server) serveAPI(ctx *fasthttp.RequestCtx, rest []byte) {
 		s.apiActiveRun(ctx, k)
 	case len(parts) == 5 && parts[2] == "runs" && parts[4] == "events" && method == "GET":
 		if !validID([]byte(parts[3])) {
-			writeError(ctx, ad, apiError{status: 400, code: "invalid_run_id", message: "The run id must be 1-128 characters of [A-Za-z0-9._:-]."})
+			apierr.Write(ctx, ad, apierr.New(apierr.InvalidRunID,
+				"The run id must be 1-128 characters of [A-Za-z0-9._:-]."))
 			return
 		}
 		s.apiEvents(ctx, k, parts[3])
 	case len(parts) == 5 && parts[2] == "runs" && parts[4] == "cancel" && method == "POST":
 		if !validID([]byte(parts[3])) {
-			writeError(ctx, ad, apiError{status: 400, code: "invalid_run_id", message: "The run id must be 1-128 characters of [A-Za-z0-9._:-]."})
+			apierr.Write(ctx, ad, apierr.New(apierr.InvalidRunID,
+				"The run id must be 1-128 characters of [A-Za-z0-9._:-]."))
 			return
 		}
 		s.apiCancel(ctx, k, parts[3])
 	default:
-		writeError(ctx, ad, apiError{status: 404, code: "not_found", message: "No such API route."})
+		apierr.Write(ctx, ad, apierr.New(apierr.NotFound,
+			"No such API route."))
 	}
 }
 
 // storeError answers a failed store read.
 func (s *Server) storeError(ctx *fasthttp.RequestCtx, err error, what string) {
 	if errors.Is(err, store.ErrNotFound) {
-		writeError(ctx, openAIAdapter, apiError{status: 404, code: what + "_not_found", message: "No such " + what + "."})
+		code := apierr.ThreadNotFound
+		if what == "run" {
+			code = apierr.RunNotFound
+		}
+		apierr.Write(ctx, openAIAdapter, apierr.New(code, "No such "+what+"."))
 		return
 	}
 	s.log.Warn("store read failed", "err", err)
-	writeError(ctx, openAIAdapter, apiError{status: 503, code: "store_unavailable", retryAfter: 1, message: "The conversation store is unreachable."})
+	apierr.Write(ctx, openAIAdapter, apierr.Retry(apierr.StoreUnavailable, 1,
+		"The conversation store is unreachable."))
 }
 
 // threadJSON is the contract's thread document. Raw fields are provider
@@ -199,7 +213,8 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	err := enc.Encode(v)
 	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if err != nil {
-		writeError(ctx, openAIAdapter, apiError{status: 500, code: "internal_error", message: "The document could not be encoded."})
+		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.InternalError,
+			"The document could not be encoded."))
 		return
 	}
 	ctx.SetStatusCode(status)
@@ -245,7 +260,8 @@ func (s *Server) apiActiveRun(ctx *fasthttp.RequestCtx, k store.Key) {
 			return
 		}
 	}
-	writeError(ctx, openAIAdapter, apiError{status: 404, code: "run_not_found", message: "The thread has no running run."})
+	apierr.Write(ctx, openAIAdapter, apierr.New(apierr.RunNotFound,
+		"The thread has no running run."))
 }
 
 func (s *Server) apiCancel(ctx *fasthttp.RequestCtx, k store.Key, runID string) {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
-	"github.com/valyala/fasthttp"
 )
 
 // runFeeds shares one store follower per run among all of this replica's
@@ -198,7 +198,7 @@ func (s *Server) writeLost(w *bufio.Writer, k store.Key, seq int64, ids bool, ad
 	if ad == nil {
 		ad = s.threadAdapter(k)
 	}
-	ev := ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeProxyLost, proxyLostMessage)
+	ev := apierr.Event(ad, apierr.New(apierr.ProxyLost, proxyLostMessage))
 	if ids {
 		eol := "\n"
 		if bytes.Contains(ev, []byte("\r\n")) {

@@ -15,6 +15,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters/sse"
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -150,16 +151,16 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 	shape := up.adapter(rest)
 	key, cred := clientKey(&ctx.Request)
 	if cred == credNone {
-		writeError(ctx, shape, apiError{status: fasthttp.StatusUnauthorized, code: codeMissingAPIKey,
-			message: "No API key was provided: send it as Authorization: Bearer, x-api-key, x-goog-api-key or ?key=."})
+		apierr.Write(ctx, shape, apierr.New(apierr.MissingAPIKey,
+			"No API key was provided: send it as Authorization: Bearer, x-api-key, x-goog-api-key or ?key=."))
 		return
 	}
 	var tenant string
 	if s.clients.enabled() {
 		tenant = s.clients.tenant(key)
 		if tenant == "" {
-			writeError(ctx, shape, apiError{status: fasthttp.StatusUnauthorized, code: codeInvalidAPIKey,
-				message: "The API key is not one of this proxy's client keys."})
+			apierr.Write(ctx, shape, apierr.New(apierr.InvalidAPIKey,
+				"The API key is not one of this proxy's client keys."))
 			return
 		}
 	} else {
@@ -244,7 +245,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, up *upstream, rest []byte) {
 func (ex *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {
 	ex.release()
 	ex.final = outcome{reason: "upstream_unreachable", status: 502}
-	if isTimeout(err) {
+	if apierr.IsTimeout(err) {
 		ex.final.reason, ex.final.status = string(limiter.FirstByteTimeout), 504
 	}
 	ex.end(&ex.final)
@@ -278,8 +279,8 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 		if ex.up.cfg.OnStoreError != "pass" {
 			ex.s.metrics.countTurnRefused()
 			ex.release()
-			writeError(ctx, ex.ad, apiError{status: fasthttp.StatusServiceUnavailable, code: codeStoreUnavailable, retryAfter: 1,
-				message: "The upstream answered, but the conversation store could not keep the turn; it is not saved. Send the request again."})
+			apierr.Write(ctx, ex.ad, apierr.Retry(apierr.StoreUnavailable, 1,
+				"The upstream answered, but the conversation store could not keep the turn; it is not saved. Send the request again."))
 			return
 		}
 		ctx.Response.Header.Set("X-Persisted", "false")
@@ -308,11 +309,11 @@ func (ex *exchange) cutShort(ctx *fasthttp.RequestCtx, body []byte) bool {
 func (ex *exchange) wholeCutShort(ctx *fasthttp.RequestCtx) {
 	want := ex.resp.Header.ContentLength()
 	ex.release()
-	ex.final = outcome{status: fasthttp.StatusBadGateway, reason: codeUpstreamTruncated}
+	ex.final = outcome{status: fasthttp.StatusBadGateway, reason: string(apierr.UpstreamTruncated)}
 	ex.end(&ex.final)
 	ex.s.log.Warn("upstream answer broke off before its end", "connection", ex.up.cfg.Name, "content_length", want)
-	writeError(ctx, ex.ad, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamTruncated,
-		message: "The upstream's answer broke off before its end; nothing of it is kept. Send the request again."})
+	apierr.Write(ctx, ex.ad, apierr.New(apierr.UpstreamTruncated,
+		"The upstream's answer broke off before its end; nothing of it is kept. Send the request again."))
 }
 
 // roundTrip sends the upstream request, retrying 429 and 5xx answers with
@@ -569,28 +570,17 @@ func (ex *exchange) release() {
 	}
 }
 
-// isTimeout reports whether an upstream round trip ran out of time.
-func isTimeout(err error) bool {
-	var netErr net.Error
-	return errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &netErr) && netErr.Timeout())
-}
-
-// writeUpstreamError maps a failed upstream round trip to a status: a
-// timeout before the response head is 504, anything else 502.
+// writeUpstreamError answers a failed upstream round trip (apierr.Upstream:
+// 504 for a timeout before the response head, 502 for anything else).
 func (s *Server) writeUpstreamError(ctx *fasthttp.RequestCtx, shape adapters.Adapter, err error) {
-	if isTimeout(err) {
-		writeError(ctx, shape, apiError{status: fasthttp.StatusGatewayTimeout, code: codeUpstreamTimeout,
-			message: "The upstream did not answer within the connection's timeouts.first_byte."})
-		return
+	e := apierr.Upstream(err)
+	if e.Code != apierr.UpstreamTimeout {
+		s.log.Warn("upstream request failed", "err", err)
+		if small := (*fasthttp.ErrSmallBuffer)(nil); errors.As(err, &small) {
+			e = apierr.New(apierr.UpstreamUnavailable, fmt.Sprintf("The upstream's response headers are larger than this proxy accepts (limits.max_upstream_header_bytes = %d).", s.cfg.Limits.MaxUpstreamHeaderBytes))
+		}
 	}
-	s.log.Warn("upstream request failed", "err", err)
-	if small := (*fasthttp.ErrSmallBuffer)(nil); errors.As(err, &small) {
-		writeError(ctx, shape, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamError,
-			message: fmt.Sprintf("The upstream's response headers are larger than this proxy accepts (limits.max_upstream_header_bytes = %d).", s.cfg.Limits.MaxUpstreamHeaderBytes)})
-		return
-	}
-	writeError(ctx, shape, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamError,
-		message: "The upstream could not be reached or closed the connection."})
+	apierr.Write(ctx, shape, e)
 }
 
 // relayChunks copies a body of unknown length (such as Gemini's streamed
@@ -978,8 +968,8 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 func (r *sseRelay) notStored() {
 	ex := r.ex
 	ex.s.metrics.countTurnRefused()
-	r.rc.write(ex.ad.StreamErrorEvent(fasthttp.StatusServiceUnavailable, codeStoreUnavailable,
-		"The answer arrived whole, but the conversation store could not keep it; it is not saved. Send the turn again."), false)
+	r.rc.write(apierr.Event(ex.ad, apierr.New(apierr.StoreUnavailable,
+		"The answer arrived whole, but the conversation store could not keep it; it is not saved. Send the turn again.")), false)
 	r.rc.stop(stopClientLeft) // ends the upstream request
 }
 
@@ -999,33 +989,33 @@ func (r *sseRelay) ended(err error) {
 	switch why {
 	case stopTimeout:
 		if r.dog.Fired() == limiter.IdleTimeout {
-			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamIdleTimeout,
-				"The upstream sent nothing for longer than the connection's timeouts.idle."))
-			r.o.reason = codeStreamIdleTimeout
+			r.own(apierr.Event(ex.ad, apierr.New(apierr.IdleTimeout,
+				"The upstream sent nothing for longer than the connection's timeouts.idle.")))
+			r.o.reason = string(apierr.IdleTimeout)
 		} else {
-			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusGatewayTimeout, codeStreamTotalTimeout,
-				"The upstream stream ran longer than the connection's timeouts.total."))
-			r.o.reason = codeStreamTotalTimeout
+			r.own(apierr.Event(ex.ad, apierr.New(apierr.TotalTimeout,
+				"The upstream stream ran longer than the connection's timeouts.total.")))
+			r.o.reason = string(apierr.TotalTimeout)
 		}
 	case stopCancelled:
-		r.own(ex.ad.StreamErrorEvent(499, "run_cancelled", "The run was cancelled."))
+		r.own(apierr.Event(ex.ad, apierr.New(apierr.RunCancelled, "The run was cancelled.")))
 		r.o.aborted, r.o.reason = true, "cancelled"
 	case stopClientLeft:
 		r.o.aborted, r.o.reason = true, "client_disconnected"
 	default:
 		if !errors.Is(err, io.EOF) {
 			ex.s.log.Warn("upstream stream failed", "connection", ex.up.cfg.Name, "err", err)
-			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
-				"The upstream stream broke off before its end."))
-			r.o.reason = codeStreamTruncated
+			r.own(apierr.Event(ex.ad, apierr.New(apierr.StreamTruncated,
+				"The upstream stream broke off before its end.")))
+			r.o.reason = string(apierr.StreamTruncated)
 		} else if ex.asm != nil && !ex.asm.Result().Terminal {
 			// The upstream closed cleanly but without its end marker:
 			// the answer is cut short, and the client must not take it
 			// for a whole one.
 			ex.s.log.Warn("upstream stream ended without its terminal marker", "connection", ex.up.cfg.Name)
-			r.own(ex.ad.StreamErrorEvent(fasthttp.StatusBadGateway, codeStreamTruncated,
-				"The upstream stream ended before its end marker; the answer is incomplete."))
-			r.o.reason = codeStreamTruncated
+			r.own(apierr.Event(ex.ad, apierr.New(apierr.StreamTruncated,
+				"The upstream stream ended before its end marker; the answer is incomplete.")))
+			r.o.reason = string(apierr.StreamTruncated)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/limiter"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/valyala/fasthttp"
 )
 
@@ -122,34 +123,34 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, ex *exchange, a *admission, er
 		if retry < 1 {
 			retry = 1
 		}
-		code, msg := "rate_limited", "This connection's request or token rate limit is reached; retry after the time in Retry-After."
+		code, msg := apierr.RateLimited, "This connection's request or token rate limit is reached; retry after the time in Retry-After."
 		if rl.Kind == "keys" {
-			code, msg = "keys_cooling_down", "Every upstream key of this connection is cooling down after a 429; retry after the time in Retry-After."
+			code, msg = apierr.KeysCoolingDown, "Every upstream key of this connection is cooling down after a 429; retry after the time in Retry-After."
 		}
-		writeError(ctx, ex.ad, apiError{status: 429, code: code, retryAfter: retry, message: msg})
+		apierr.Write(ctx, ex.ad, apierr.Retry(code, retry, msg))
 		setQuotaHeaders(ctx, rl.Requests, rl.Tokens)
 	case errors.Is(err, limiter.ErrQueueFull):
 		s.metrics.rejected(ex.up.cfg.Name, "queue_full")
-		writeError(ctx, ex.ad, apiError{status: 429, code: "queue_full", retryAfter: 1,
-			message: "Too many requests are waiting for this connection (queue.max_waiting)."})
+		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.QueueFull, 1,
+			"Too many requests are waiting for this connection (queue.max_waiting)."))
 	case errors.Is(err, limiter.ErrQueueTimeout):
 		s.metrics.rejected(ex.up.cfg.Name, "queue_timeout")
-		writeError(ctx, ex.ad, apiError{status: 429, code: "queue_timeout", retryAfter: 1,
-			message: "The request waited longer than queue.timeout for a slot on this connection."})
+		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.QueueTimeout, 1,
+			"The request waited longer than queue.timeout for a slot on this connection."))
 	case errors.Is(err, errTenantStreams):
 		s.metrics.rejected(ex.up.cfg.Name, "tenant_streams")
-		writeError(ctx, ex.ad, apiError{status: 429, code: "too_many_streams", retryAfter: 1,
-			message: "This tenant already has limits.per_tenant.max_streams streams open."})
+		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.TooManyStreams, 1,
+			"This tenant already has limits.per_tenant.max_streams streams open."))
 	case errors.Is(err, limiter.ErrNoKeys):
-		writeError(ctx, ex.ad, apiError{status: 503, code: "no_upstream_keys",
-			message: "Every upstream key of this connection was rejected by the provider."})
+		apierr.Write(ctx, ex.ad, apierr.New(apierr.NoUpstreamKeys,
+			"Every upstream key of this connection was rejected by the provider."))
 	case errors.Is(err, context.Canceled):
 		s.metrics.rejected(ex.up.cfg.Name, "client_gone")
 		ctx.SetConnectionClose() // the client left while queued; nobody reads this
 	default:
 		s.log.Warn("limiter unavailable", "connection", ex.up.cfg.Name, "err", err)
-		writeError(ctx, ex.ad, apiError{status: 503, code: "limits_unavailable", retryAfter: 1,
-			message: "The shared limits could not be checked."})
+		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.LimitsUnavailable, 1,
+			"The shared limits could not be checked."))
 	}
 }
 

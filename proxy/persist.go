@@ -13,6 +13,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
@@ -146,16 +147,16 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	if !ownThread {
 		threadID = []byte(newID("thr_"))
 	} else if !validID(threadID) {
-		writeError(ctx, ad, apiError{status: 400, code: "invalid_thread_id",
-			message: "X-Thread-Id must be 1-128 characters of [A-Za-z0-9._:-]."})
+		apierr.Write(ctx, ad, apierr.New(apierr.InvalidThreadID,
+			"X-Thread-Id must be 1-128 characters of [A-Za-z0-9._:-]."))
 		return nil, nil, false
 	}
 	runID := ctx.Request.Header.Peek("X-Run-Id")
 	if len(runID) == 0 {
 		runID = []byte(newID("run_"))
 	} else if !validID(runID) {
-		writeError(ctx, ad, apiError{status: 400, code: "invalid_run_id",
-			message: "X-Run-Id must be 1-128 characters of [A-Za-z0-9._:-]."})
+		apierr.Write(ctx, ad, apierr.New(apierr.InvalidRunID,
+			"X-Run-Id must be 1-128 characters of [A-Za-z0-9._:-]."))
 		return nil, nil, false
 	}
 	mode := modeReplace
@@ -164,8 +165,8 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	case modeAppend:
 		mode = modeAppend
 	default:
-		writeError(ctx, ad, apiError{status: 400, code: "invalid_thread_mode",
-			message: "X-Thread-Mode must be replace or append."})
+		apierr.Write(ctx, ad, apierr.New(apierr.InvalidThreadMode,
+			"X-Thread-Mode must be replace or append."))
 		return nil, nil, false
 	}
 	// The transcript this replica kept for the thread, if any: messages
@@ -181,8 +182,8 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	messages, matched, ok := ad.MessagesKnown(body, knownMsgs)
 	if ok && !adapters.ValidAround(body, messages) || !ok && !jsonscan.Valid(body) {
 		// Refused before any run exists: nothing is stored for it.
-		writeError(ctx, ad, apiError{status: 400, code: "invalid_json",
-			message: "The request body is not valid JSON."})
+		apierr.Write(ctx, ad, apierr.New(apierr.InvalidJSON,
+			"The request body is not valid JSON."))
 		return nil, nil, false
 	}
 	if !ok {
@@ -190,7 +191,8 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		// thread; one that is not an object, or whose history is not an
 		// array, is refused before any run exists.
 		if msg := adapters.ShapeProblem(ad.Format(), body); msg != "" {
-			writeError(ctx, ad, apiError{status: 400, code: codeBadRequest, message: msg})
+			apierr.Write(ctx, ad, apierr.New(apierr.BadRequest,
+				msg))
 			return nil, nil, false
 		}
 	}
@@ -213,8 +215,8 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		// Continue a stored thread: it must exist, and a refused request
 		// creates no run.
 		if _, err := s.store.LoadThread(rctx, t.key); errors.Is(err, store.ErrNotFound) {
-			writeError(ctx, ad, apiError{status: 404, code: "thread_not_found",
-				message: "An empty messages array continues a stored thread, and this X-Thread-Id names none."})
+			apierr.Write(ctx, ad, apierr.New(apierr.ThreadNotFound,
+				"An empty messages array continues a stored thread, and this X-Thread-Id names none."))
 			return nil, nil, false
 		} else if err != nil {
 			return s.storeFailed(ctx, ex, err, body, true)
@@ -252,15 +254,16 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		if retry < 1 {
 			retry = 1
 		}
-		writeError(ctx, ad, apiError{status: 409, code: "thread_busy", retryAfter: retry,
-			message: "Another run is in flight on this thread; retry when it ends."})
+		apierr.Write(ctx, ad, apierr.Retry(apierr.ThreadBusy, retry,
+			"Another run is in flight on this thread; retry when it ends."))
 		return nil, nil, false
 	case errors.Is(err, store.ErrConflict):
-		writeError(ctx, ad, apiError{status: 409, code: "run_id_conflict",
-			message: "X-Run-Id names a run of another thread, or was used with a different request body."})
+		apierr.Write(ctx, ad, apierr.New(apierr.RunIDConflict,
+			"X-Run-Id names a run of another thread, or was used with a different request body."))
 		return nil, nil, false
 	case errors.Is(err, store.ErrInvalid):
-		writeError(ctx, ad, apiError{status: 400, code: codeBadRequest, message: "The thread or run id is not valid."})
+		apierr.Write(ctx, ad, apierr.New(apierr.BadRequest,
+			"The thread or run id is not valid."))
 		return nil, nil, false
 	case err != nil:
 		return s.storeFailed(ctx, ex, err, body, needsHistory)
@@ -295,12 +298,8 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		t.upstreamBody = ex.upstreamBody(out)
 	}
 	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = &apiError{status: 400, code: codeBadRequest, message: "The request body could not be read as this provider's JSON."}
-		}
 		t.abandon("bad_request")
-		writeError(ctx, ad, *ae)
+		apierr.Write(ctx, ad, apierr.As(err, apierr.New(apierr.BadRequest, "The request body could not be read as this provider's JSON.")))
 		return nil, nil, false
 	}
 
@@ -350,8 +349,8 @@ type offlineStarter interface {
 func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, body []byte, needsHistory bool) (*turn, []byte, bool) {
 	s.log.Warn("store unavailable at run start", "connection", ex.up.cfg.Name, "err", err)
 	if ex.up.cfg.OnStoreError == "pass" && needsHistory {
-		writeError(ctx, ex.ad, apiError{status: 503, code: codeStoreUnavailable, retryAfter: 1,
-			message: "The conversation store is unreachable, and this request needs the thread's stored history (X-Thread-Mode: append, or an empty continue), so it was not sent upstream."})
+		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.StoreUnavailable, 1,
+			"The conversation store is unreachable, and this request needs the thread's stored history (X-Thread-Mode: append, or an empty continue), so it was not sent upstream."))
 		return nil, nil, false
 	}
 	if ex.up.cfg.OnStoreError == "pass" {
@@ -359,8 +358,8 @@ func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, 
 		ctx.Response.Header.Set("X-Persisted", "false")
 		return nil, body, true
 	}
-	writeError(ctx, ex.ad, apiError{status: 503, code: "store_unavailable", retryAfter: 1,
-		message: "The conversation store is unreachable, so the request was not sent upstream."})
+	apierr.Write(ctx, ex.ad, apierr.Retry(apierr.StoreUnavailable, 1,
+		"The conversation store is unreachable, so the request was not sent upstream."))
 	return nil, nil, false
 }
 
@@ -491,7 +490,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 			rep, err = repair.OpenAIChat(composed, opts)
 		}
 		if err != nil {
-			return nil, &apiError{status: 400, code: codeBadRequest, message: "The messages array is not a JSON array."}
+			return nil, apierr.New(apierr.BadRequest, "The messages array is not a JSON array.")
 		}
 		if rep.Changed {
 			composed = rep.Messages
@@ -843,7 +842,7 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 	case o.reason != "":
 		f.Status, f.Reason, f.Error = store.Failed, o.reason, o.turn.Error
 	case !o.turn.Terminal:
-		f.Status, f.Reason = store.Failed, codeStreamTruncated
+		f.Status, f.Reason = store.Failed, string(apierr.StreamTruncated)
 	case o.turn.Error != nil || o.turn.Finish == adapters.FinishError:
 		f.Status, f.Reason, f.Error = store.Failed, "upstream_error", o.turn.Error
 	default:

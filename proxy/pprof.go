@@ -5,6 +5,7 @@ import (
 	"net/http/pprof"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
@@ -23,7 +24,8 @@ var pprofHandler = fasthttpadaptor.NewFastHTTPHandler(func() http.Handler {
 // servePprof serves profiles when admin.pprof is on, behind the admin token.
 func (s *Server) servePprof(ctx *fasthttp.RequestCtx) {
 	if !s.cfg.Admin.Pprof {
-		writeError(ctx, openAIAdapter, apiError{status: 404, code: "not_found", message: "Profiling is off (admin.pprof)."})
+		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.NotFound,
+			"Profiling is off (admin.pprof)."))
 		return
 	}
 	if !s.adminAuthorized(ctx) {

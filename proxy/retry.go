@@ -6,12 +6,10 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/limiter"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
-
-// codeProxyLost: the run was lost with the replica that ran it.
-const codeProxyLost = store.ReasonProxyLost
 
 // proxyLostMessage is what a client of a lost run is told.
 const proxyLostMessage = "The run was lost with the proxy replica that ran it (proxy_lost); send the request again with a new X-Run-Id."
@@ -35,8 +33,8 @@ func (s *Server) answerWhenEnded(ctx *fasthttp.RequestCtx, ex *exchange) {
 	err := s.store.FollowEvents(wctx, k, runID, 0, func(store.Event) error { return nil })
 	cancel()
 	if errors.Is(err, context.DeadlineExceeded) {
-		writeError(ctx, ex.ad, apiError{status: 409, code: "run_in_progress", retryAfter: 1,
-			message: "This X-Run-Id names a run that has not finished within the connection's timeouts.total."})
+		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.RunInProgress, 1,
+			"This X-Run-Id names a run that has not finished within the connection's timeouts.total."))
 		return
 	}
 	if err != nil {
@@ -67,7 +65,7 @@ func answerEnded(ctx *fasthttp.RequestCtx, ad adapters.Adapter, run *store.Run) 
 		ctx.SetStatusCode(status)
 		ctx.SetContentType("application/json")
 		ctx.SetBody(run.Response)
-	case run.Error != nil && run.Reason != codeProxyLost:
+	case run.Error != nil && run.Reason != store.ReasonProxyLost:
 		if status < 300 {
 			status = 502 // a run recorded before its answer's status was kept
 		}
@@ -75,16 +73,15 @@ func answerEnded(ctx *fasthttp.RequestCtx, ad adapters.Adapter, run *store.Run) 
 		ctx.SetContentType("application/json")
 		ctx.SetBody(run.Error)
 	case run.Reason == "upstream_unreachable":
-		writeError(ctx, ad, apiError{status: fasthttp.StatusBadGateway, code: codeUpstreamError,
-			message: "The upstream could not be reached or closed the connection."})
+		apierr.Write(ctx, ad, apierr.UpstreamDown())
 	case run.Reason == string(limiter.FirstByteTimeout):
-		writeError(ctx, ad, apiError{status: fasthttp.StatusGatewayTimeout, code: codeUpstreamTimeout,
-			message: "The upstream did not answer within the connection's timeouts.first_byte."})
-	case run.Reason == codeProxyLost:
-		writeError(ctx, ad, apiError{status: fasthttp.StatusBadGateway, code: codeProxyLost, message: proxyLostMessage})
+		apierr.Write(ctx, ad, apierr.UpstreamTimedOut())
+	case run.Reason == store.ReasonProxyLost:
+		apierr.Write(ctx, ad, apierr.New(apierr.ProxyLost,
+			proxyLostMessage))
 	default:
-		writeError(ctx, ad, apiError{status: 409, code: "run_in_progress", retryAfter: 1,
-			message: "This X-Run-Id names a run that left no answer to replay."})
+		apierr.Write(ctx, ad, apierr.Retry(apierr.RunInProgress, 1,
+			"This X-Run-Id names a run that left no answer to replay."))
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -393,10 +394,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	up := s.conns[string(first)]
 	if up == nil {
-		writeError(ctx, adapterForPath(rest), apiError{
-			status: fasthttp.StatusNotFound, code: codeUnknownConnection,
-			message: "No connection is configured under the first path segment of this URL; use /{connection}/... with a name from the config.",
-		})
+		apierr.Write(ctx, adapterForPath(rest), apierr.New(apierr.UnknownConnection,
+			"No connection is configured under the first path segment of this URL; use /{connection}/... with a name from the config."))
 		return
 	}
 	s.forward(ctx, up, rest)
@@ -551,18 +550,18 @@ func (s *Server) handleParseError(ctx *fasthttp.RequestCtx, err error) {
 	var netErr net.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestEntityTooLarge, code: codeBodyTooLarge,
-			message: fmt.Sprintf("The request body is larger than this proxy accepts (limits.max_body_bytes = %d).", s.cfg.Limits.MaxBodyBytes)})
+		apierr.Write(ctx, shape, apierr.New(apierr.BodyTooLarge,
+			fmt.Sprintf("The request body is larger than this proxy accepts (limits.max_body_bytes = %d).", s.cfg.Limits.MaxBodyBytes)))
 		s.lingerClose(ctx)
 	case errors.As(err, &small):
-		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, code: codeHeaderTooLarge,
-			message: fmt.Sprintf("The request line and headers are larger than this proxy accepts (limits.max_header_bytes = %d).", s.cfg.Limits.MaxHeaderBytes)})
+		apierr.Write(ctx, shape, apierr.New(apierr.HeaderTooLarge,
+			fmt.Sprintf("The request line and headers are larger than this proxy accepts (limits.max_header_bytes = %d).", s.cfg.Limits.MaxHeaderBytes)))
 	case errors.As(err, &netErr) && netErr.Timeout():
-		writeError(ctx, shape, apiError{status: fasthttp.StatusRequestTimeout, code: codeRequestTimeout,
-			message: "The request was not received within limits.read_timeout."})
+		apierr.Write(ctx, shape, apierr.New(apierr.RequestTimeout,
+			"The request was not received within limits.read_timeout."))
 	default:
-		writeError(ctx, shape, apiError{status: fasthttp.StatusBadRequest, code: codeBadRequest,
-			message: "The request could not be parsed as HTTP."})
+		apierr.Write(ctx, shape, apierr.New(apierr.BadRequest,
+			"The request could not be parsed as HTTP."))
 	}
 }
 
