@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 
 	"github.com/chronicle-proxy/chronicle/proxy/config"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/valyala/fasthttp"
 )
 
@@ -82,6 +83,31 @@ func (t *clientTable) tenant(key []byte) string {
 func passThroughTenant(key []byte) string {
 	sum := sha256.Sum256(key)
 	return "k-" + hex.EncodeToString(sum[:12])
+}
+
+// authenticate is the auth stage: it finds the client's credential and
+// its tenant (with client keys configured, the key's; without, one derived
+// from the key, so tenants that share a proxy never share threads). A
+// request without a credential, or with a key that is not a client's, is
+// answered here (ok false).
+//
+//go:noinline
+func (s *Server) authenticate(ctx *fasthttp.RequestCtx, shape apierr.Shape) (tenant string, cred credential, ok bool) {
+	key, cred := clientKey(&ctx.Request)
+	if cred == credNone {
+		apierr.Write(ctx, shape, apierr.New(apierr.MissingAPIKey,
+			"No API key was provided: send it as Authorization: Bearer, x-api-key, x-goog-api-key or ?key=."))
+		return "", cred, false
+	}
+	if !s.clients.enabled() {
+		return passThroughTenant(key), cred, true
+	}
+	if tenant = s.clients.tenant(key); tenant == "" {
+		apierr.Write(ctx, shape, apierr.New(apierr.InvalidAPIKey,
+			"The API key is not one of this proxy's client keys."))
+		return "", cred, false
+	}
+	return tenant, cred, true
 }
 
 // stripClientCredential removes every place a client key can travel, before

@@ -7,8 +7,9 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
-	"github.com/cespare/xxhash/v2"
 	"strings"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)

@@ -394,11 +394,18 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	up := s.conns[string(first)]
 	if up == nil {
-		apierr.Write(ctx, adapterForPath(rest), apierr.New(apierr.UnknownConnection,
-			"No connection is configured under the first path segment of this URL; use /{connection}/... with a name from the config."))
+		unknownConnection(ctx, rest)
 		return
 	}
-	s.forward(ctx, up, rest)
+	s.runPipeline(ctx, up, rest)
+}
+
+// unknownConnection answers a path whose first segment names no connection.
+//
+//go:noinline
+func unknownConnection(ctx *fasthttp.RequestCtx, rest []byte) {
+	apierr.Write(ctx, adapterForPath(rest), apierr.New(apierr.UnknownConnection,
+		"No connection is configured under the first path segment of this URL; use /{connection}/... with a name from the config."))
 }
 
 // observeOwn records a request to chronicle's own API; a stream (events)

@@ -26,11 +26,19 @@ type Error struct {
 	RetryAfter int
 }
 
+// The constructors and Write are never inlined: errors are cold, and
+// inlined they would grow the frames of the request path, which an open
+// connection's small stack must hold (proxy's TestConnectionStackStaysSmall).
+
 // New is an error with code and message.
+//
+//go:noinline
 func New(code Code, message string) *Error { return &Error{Code: code, Message: message} }
 
 // Retry is an error with code and message that the client may retry after
 // seconds (at least 1).
+//
+//go:noinline
 func Retry(code Code, seconds int, message string) *Error {
 	if seconds < 1 {
 		seconds = 1
@@ -56,6 +64,8 @@ type Shape interface {
 
 // Write answers the request with e in shape, replacing whatever response
 // ctx held.
+//
+//go:noinline
 func Write(ctx *fasthttp.RequestCtx, shape Shape, e *Error) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(e.Status())
