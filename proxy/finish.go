@@ -43,8 +43,8 @@ type outcome struct {
 //
 // It runs on the connection's goroutine, under a stream's relay, with the
 // store's round trip below it: finishRecord builds the record in a frame
-// that is gone before the round trip (see docs/design.md, an open
-// stream's stack).
+// that is gone before the round trip (docs/design.md, "Runtime
+// mechanics").
 func (t *turn) finish(o *outcome) error {
 	t.stopRenewing()
 	// Wait for the pending-turn write (long done by now), so it cannot land
@@ -204,7 +204,7 @@ func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]b
 	// The replies are read first and skimmed after the walk, not in its
 	// callback: this runs on the connection's goroutine at a stream's end,
 	// and the skim below the walk's own frames (gjson's ForEach for
-	// Gemini) went past the 8 KiB its stack keeps (docs/design.md).
+	// Gemini) went past the 8 KiB its stack keeps (docs/design.md, "Runtime mechanics").
 	var read []adapters.Message
 	_ = t.ad.WalkMessages(joinArray(replies), func(m adapters.Message) bool {
 		m.Calls, m.Results = slices.Clone(m.Calls), slices.Clone(m.Results) // the walk reuses them

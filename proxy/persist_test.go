@@ -637,7 +637,7 @@ connections:
 		return fmt.Sprintf(`{"model":"gpt-4o","stream":%t,"messages":[{"role":"user","content":"%s"}]}`,
 			stream, strings.Repeat(fill, 2<<20))
 	}
-	reusedBefore := p.largeBodies.reused.Load()
+	reusedBefore := p.largeBodies.Reused()
 
 	// A stream held open after its first event, its body 2 MiB of "a".
 	resp := send(t, "POST", url, doc(true, "a"), "Authorization", "Bearer k", "X-Thread-Id", "lent-stream", "X-Mock-Gate", "lent")
@@ -655,7 +655,7 @@ connections:
 			t.Fatalf("turn %s stored a first message of %d bytes starting %.20q", fill, len(got), got)
 		}
 	}
-	if n := p.largeBodies.reused.Load() - reusedBefore; n < 2 {
+	if n := p.largeBodies.Reused() - reusedBefore; n < 2 {
 		t.Fatalf("%d large bodies were read into a lent buffer that was used before, want at least 2", n)
 	}
 	m.Release("lent")

@@ -99,7 +99,7 @@ func (s *Server) runPipeline(ctx *fasthttp.RequestCtx, up *upstream, rest []byte
 	}
 	ex.adm = adm
 	if ex.op.Kind == adapters.OpGenerate && up.cfg.PersistEnabled() && s.store != nil {
-		ex.turn, body, ok = s.starters.begin(s, ctx, ex, body)
+		ex.turn, body, ok = s.beginOffStack(ctx, ex, body)
 		if !ok {
 			adm.refund()
 			ex.closeUpstream()
@@ -155,7 +155,7 @@ func (s *Server) runPipeline(ctx *fasthttp.RequestCtx, up *upstream, rest []byte
 // respondWhole are functions of their own, with the outcome in the
 // exchange: the finish's store round trip runs below them, on the
 // connection's goroutine, where every frame counts against the 8 KiB
-// stack an open connection keeps (docs/design.md).
+// stack an open connection keeps (docs/design.md, "Runtime mechanics").
 //
 //go:noinline
 func (ex *exchange) upstreamFailed(ctx *fasthttp.RequestCtx, err error) {

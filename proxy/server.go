@@ -28,6 +28,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/sched"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -51,7 +52,7 @@ type Options struct {
 	ReplicaID string
 	// LargeRequestProcs, when above the GOMAXPROCS the server starts with,
 	// is the GOMAXPROCS while a request of largeRequestBytes or more is in
-	// flight (see procBoost); 0 leaves GOMAXPROCS alone.
+	// flight (see sched.ProcBoost); 0 leaves GOMAXPROCS alone.
 	LargeRequestProcs int
 }
 
@@ -63,7 +64,7 @@ type Server struct {
 	replicaID string
 	// starters run the start of a turn off the connection's goroutine
 	// (see turnStarters).
-	starters turnStarters
+	starters *sched.Starters[startCall, startDone]
 	// threads keeps the transcripts this replica last read or wrote (nil:
 	// off).
 	threads *threadCache
@@ -71,9 +72,9 @@ type Server struct {
 	// never); pendingLarge holds what headerReceived took for a large
 	// request (*largeRequest), by request header, until the handler takes
 	// it; largeBodies lends large requests their body buffers.
-	procs        *procBoost
+	procs        *sched.ProcBoost
 	pendingLarge sync.Map
-	largeBodies  largeBodyPool
+	largeBodies  sched.BodyPool
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
 	metrics      *serverMetrics
@@ -212,8 +213,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		gates:        opts.Gates,
 		rates:        opts.Rates,
 		conns:        make(map[string]*upstream, len(cfg.Connections)),
-		procs:        newProcBoost(opts.LargeRequestProcs),
+		procs:        sched.NewProcBoost(opts.LargeRequestProcs),
 	}
+	s.starters = sched.NewStarters(s.startTurn, maxIdleStarters)
 	if d := cfg.Store.OpTimeout.D(); d > 0 {
 		s.storeTimeout = d
 	}
@@ -356,13 +358,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.stopSweeper != nil {
 		s.stopSweeper()
 	}
-	s.starters.stop()
+	s.starters.Stop()
 	return err
 }
 
 // handle routes one request by its first path segment.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	// A request with a large body holds more Ps (procBoost) and a lent
+	// A request with a large body holds more Ps (sched.ProcBoost) and a lent
 	// body buffer from its headers (headerReceived); see handled.
 	defer func() { s.takeLarge(ctx).handled(s, ctx) }()
 	start := time.Now()

@@ -28,8 +28,8 @@ import (
 // connectionStackBudget is how deep a request may go on its connection's
 // goroutine: an 8 KiB stack less the runtime's 928-byte guard, less a
 // margin. An open stream keeps the stack its request grew, so a path that
-// goes deeper doubles the stack of every stream (docs/design.md, "an open
-// stream's stack").
+// goes deeper doubles the stack of every stream (docs/design.md, "Runtime
+// mechanics").
 const connectionStackBudget = 7000
 
 var stackPadSink uintptr

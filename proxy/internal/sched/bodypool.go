@@ -1,4 +1,4 @@
-package proxy
+package sched
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// largeBodyPool lends large requests (largeRequestBytes and up, with a
+// BodyPool lends large requests (those the proxy counts as large, with a
 // Content-Length) the buffers fasthttp reads their bodies into, and takes
 // them back for the next one.
 //
@@ -20,8 +20,8 @@ import (
 // garbage collections it caused, and their marking competes with every
 // other connection for the CPU.
 //
-// headerReceived lends a buffer before the body is read (SwapBody: fasthttp
-// appends the body into it), and largeRequest.handled gives it back once
+// The proxy lends a buffer from its HeaderReceived hook, before the body
+// is read (SwapBody: fasthttp appends the body into it), and gives it back once
 // nothing can read the request body any more: when the handler returns, or
 // for a streamed answer when the relay has finished (bodyWriter.done), the
 // same points at which fasthttp would recycle the body itself. giveBack
@@ -31,12 +31,12 @@ import (
 // Idle buffers are kept up to largeBodyKeep bytes in all, and all dropped
 // when no large request has come for largeBodyIdle. (A sync.Pool would not
 // do: a buffer put back on one P is out of reach of a Get on another.)
-type largeBodyPool struct {
+type BodyPool struct {
 	mu     sync.Mutex
 	free   []*[]byte
-	bytes  int         // the free buffers' capacity in all
-	idle   *time.Timer // drops the free buffers
-	reused atomic.Int64
+	bytes  int          // the free buffers' capacity in all
+	idle   *time.Timer  // drops the free buffers
+	reused atomic.Int64 // lends served from a kept buffer
 }
 
 const (
@@ -47,9 +47,9 @@ const (
 	largeBodyIdle  = 30 * time.Second
 )
 
-// lend makes a buffer with room for n bytes req's body: the smallest free
+// Lend makes a buffer with room for n bytes req's body: the smallest free
 // one that fits, or a new one.
-func (p *largeBodyPool) lend(req *fasthttp.Request, n int) *[]byte {
+func (p *BodyPool) Lend(req *fasthttp.Request, n int) *[]byte {
 	var b *[]byte
 	p.mu.Lock()
 	best := -1
@@ -76,8 +76,8 @@ func (p *largeBodyPool) lend(req *fasthttp.Request, n int) *[]byte {
 	return b
 }
 
-// giveBack takes b back from req, if it is still req's body.
-func (p *largeBodyPool) giveBack(req *fasthttp.Request, b *[]byte) {
+// GiveBack takes b back from req, if it is still req's body.
+func (p *BodyPool) GiveBack(req *fasthttp.Request, b *[]byte) {
 	body := req.Body()
 	if cap(body) == 0 || cap(*b) == 0 || unsafe.SliceData(body) != unsafe.SliceData(*b) {
 		return
@@ -99,18 +99,21 @@ func (p *largeBodyPool) giveBack(req *fasthttp.Request, b *[]byte) {
 }
 
 // drop lets the garbage collector have the free buffers.
-func (p *largeBodyPool) drop() {
+func (p *BodyPool) drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	clear(p.free)
 	p.free, p.bytes = p.free[:0], 0
 }
 
-// requestOf returns the Request whose Header h is. fasthttp's server calls
+// RequestOf returns the Request whose Header h is. fasthttp's server calls
 // HeaderReceived with &ctx.Request.Header (TestHeaderReceivedIsRequests
 // holds it to that), and the Request is what the body buffer is lent to.
-func requestOf(h *fasthttp.RequestHeader) *fasthttp.Request {
+func RequestOf(h *fasthttp.RequestHeader) *fasthttp.Request {
 	return (*fasthttp.Request)(unsafe.Add(unsafe.Pointer(h), -int(requestHeaderOffset)))
 }
 
 var requestHeaderOffset = unsafe.Offsetof((*fasthttp.Request)(nil).Header)
+
+// Reused counts the lends served from a kept buffer.
+func (p *BodyPool) Reused() int64 { return p.reused.Load() }

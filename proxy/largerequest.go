@@ -1,70 +1,19 @@
 package proxy
 
 import (
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/proxy/internal/sched"
 	"github.com/valyala/fasthttp"
 )
 
 // largeRequestBytes is the body size from which a request counts as large
-// for procBoost: about 3 ms of validation, hashing and copying on this
+// for sched.ProcBoost: about 3 ms of validation, hashing and copying on this
 // project's machines.
 const largeRequestBytes = 1 << 20
 
-// procBoost raises GOMAXPROCS from base to boost while any large request
-// is in flight, and puts it back when the last one ends. chronicle runs so
-// on one CPU (cmd/chronicle pickProcs): one P is cheapest for small
-// requests, but with one P a request busy for milliseconds on a large
-// body holds back every other connection's bytes (Go polls the network
-// only between goroutines, or from sysmon after 10 ms). With more Ps, an
-// idle P's thread waits in the network poller and the kernel runs it
-// beside the busy one as soon as other connections' bytes arrive.
-//
-// runtime.GOMAXPROCS stops the world for some microseconds; it is called
-// twice per large request, against the tens of milliseconds such a
-// request takes.
-type procBoost struct {
-	mu       sync.Mutex
-	base     int
-	boost    int
-	inFlight int
-}
-
-// newProcBoost returns nil (no boosting) unless boost is above the current
-// GOMAXPROCS.
-func newProcBoost(boost int) *procBoost {
-	base := runtime.GOMAXPROCS(0)
-	if boost <= base {
-		return nil
-	}
-	return &procBoost{base: base, boost: boost}
-}
-
-// hold counts a large request in until the returned hold is released
-// (largeRequest's timer releases one that no handler takes).
-func (b *procBoost) hold() *boostHold {
-	b.enter()
-	return &boostHold{b: b}
-}
-
-// boostHold is one large request's count in a procBoost.
-type boostHold struct {
-	b    *procBoost
-	done atomic.Bool
-}
-
-// release counts the request out, once.
-func (h *boostHold) release() {
-	if h != nil && h.done.CompareAndSwap(false, true) {
-		h.b.exit()
-	}
-}
-
 // headerReceived is the server's fasthttp HeaderReceived hook. A request
-// that announces a large body gets, before the body is read, its procBoost
+// that announces a large body gets, before the body is read, its sched.ProcBoost
 // hold (reading 10 MB that arrive as fast as the socket gives them keeps
 // the goroutine busy for tens of ms without parking) and a body buffer from
 // largeBodies. Server.handle takes both when it runs (takeLarge), the
@@ -73,38 +22,36 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfi
 	if n := h.ContentLength(); n >= largeRequestBytes {
 		lr := s.startLarge(h)
 		if n <= s.cfg.Limits.MaxBodyBytes {
-			lr.body = s.largeBodies.lend(requestOf(h), n)
+			lr.body = s.largeBodies.Lend(sched.RequestOf(h), n)
 		}
 	}
 	return fasthttp.RequestConfig{}
 }
 
 // largeRequest is what a large request holds from its headers until its
-// handler takes it: a procBoost hold and a lent body buffer, either nil.
+// handler takes it: a sched.ProcBoost hold and a lent body buffer, either nil.
 type largeRequest struct {
-	hold  *boostHold
+	hold  *sched.Hold
 	body  *[]byte
 	timer *time.Timer
 }
 
-// startLarge records a large request under its header, with a procBoost
+// startLarge records a large request under its header, with a sched.ProcBoost
 // hold when boosting is on. A timer at limits.read_timeout plus a second
 // drops a record no handler took (a client that left mid-body reaches
 // none) and ends its hold.
 func (s *Server) startLarge(h *fasthttp.RequestHeader) *largeRequest {
 	lr := &largeRequest{}
-	if s.procs != nil {
-		lr.hold = s.procs.hold()
-	}
+	lr.hold = s.procs.Hold()
 	s.pendingLarge.Store(h, lr)
 	lr.timer = time.AfterFunc(s.cfg.Limits.ReadTimeout.D()+time.Second, func() {
 		s.pendingLarge.CompareAndDelete(h, lr)
-		lr.hold.release()
+		lr.hold.Release()
 	})
 	return lr
 }
 
-// holdLarge starts a procBoost hold for a large request headerReceived
+// holdLarge starts a sched.ProcBoost hold for a large request headerReceived
 // could not see coming (a chunked body), for Server.handle to end as the
 // others.
 func (s *Server) holdLarge(h *fasthttp.RequestHeader) {
@@ -131,17 +78,17 @@ func (lr *largeRequest) handled(s *Server, ctx *fasthttp.RequestCtx) {
 		return
 	}
 	lr.timer.Stop()
-	lr.hold.release()
+	lr.hold.Release()
 	if lr.body == nil {
 		return
 	}
 	if !ctx.Response.IsBodyStream() {
-		s.largeBodies.giveBack(&ctx.Request, lr.body)
+		s.largeBodies.GiveBack(&ctx.Request, lr.body)
 		return
 	}
 	if bw, ok := ctx.Response.BodyStream().(*bodyWriter); ok {
 		body := lr.body
-		bw.done = func() { s.largeBodies.giveBack(&ctx.Request, body) }
+		bw.done = func() { s.largeBodies.GiveBack(&ctx.Request, body) }
 	}
 	// Any other body stream may still read the request: the buffer is
 	// left to fasthttp and the garbage collector.
@@ -153,26 +100,6 @@ func (lr *largeRequest) handled(s *Server, ctx *fasthttp.RequestCtx) {
 func (lr *largeRequest) failed() {
 	if lr != nil {
 		lr.timer.Stop()
-		lr.hold.release()
-	}
-}
-
-// enter counts a large request in; every enter is paired with one exit.
-func (b *procBoost) enter() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.inFlight++
-	if b.inFlight == 1 {
-		runtime.GOMAXPROCS(b.boost)
-	}
-}
-
-// exit counts a large request out.
-func (b *procBoost) exit() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.inFlight--
-	if b.inFlight == 0 {
-		runtime.GOMAXPROCS(b.base)
+		lr.hold.Release()
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package sched
 
 import (
 	"net"
@@ -9,7 +9,7 @@ import (
 )
 
 // TestHeaderReceivedIsRequests: fasthttp's server hands HeaderReceived the
-// header inside the Request its handler then gets, which requestOf (and so
+// header inside the Request its handler then gets, which RequestOf (and so
 // lending a body buffer) relies on.
 func TestHeaderReceivedIsRequests(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -19,7 +19,7 @@ func TestHeaderReceivedIsRequests(t *testing.T) {
 	seen := make(chan *fasthttp.Request, 1)
 	srv := &fasthttp.Server{
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-			seen <- requestOf(h)
+			seen <- RequestOf(h)
 			return fasthttp.RequestConfig{}
 		},
 		Handler: func(ctx *fasthttp.RequestCtx) {
