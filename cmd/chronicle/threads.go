@@ -190,7 +190,7 @@ func openSource(ctx context.Context, base, cfgPath string) (auditSource, func(),
 		}
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		st, err := proxy.OpenStore(octx, cfg)
+		st, err := openStore(octx, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
