@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -602,21 +603,21 @@ func TestAdminDelete(t *testing.T) {
 			if resp, _ := do(t, "DELETE", p.URL+"/admin/threads/gone-tenant/gone-1", "", adminAuth...); resp.StatusCode != 404 {
 				t.Fatalf("second delete: %d", resp.StatusCode)
 			}
-			if _, err := st.LoadThread(ctx, k); !isNotFound(err) {
+			if _, err := st.LoadThread(ctx, k); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("LoadThread after delete: %v", err)
 			}
 			if runs, err := st.ListRuns(ctx, k); err == nil && len(runs) > 0 {
 				t.Fatalf("runs after delete: %d", len(runs))
 			}
 			for _, id := range []string{"gone-1-r0", "gone-1-r1", "gone-ev"} {
-				if _, err := st.GetRun(ctx, k, id); !isNotFound(err) {
+				if _, err := st.GetRun(ctx, k, id); !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("GetRun %s after delete: %v", id, err)
 				}
-				if _, err := st.FindRun(ctx, k.Tenant, id); !isNotFound(err) {
+				if _, err := st.FindRun(ctx, k.Tenant, id); !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("FindRun %s after delete: %v", id, err)
 				}
 			}
-			if err := st.FollowEvents(ctx, k, "gone-ev", 0, func(store.Event) error { return nil }); !isNotFound(err) {
+			if err := st.FollowEvents(ctx, k, "gone-ev", 0, func(store.Event) error { return nil }); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("events after delete: %v", err)
 			}
 			if got := listAll(t, p, url.Values{}); !cmp.Equal(got, []string{"kept-tenant/kept-1"}) {

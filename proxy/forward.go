@@ -277,14 +277,14 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 		// acknowledged); under pass the answer still goes out (its
 		// tokens are spent), marked as not stored.
 		if ex.up.cfg.OnStoreError != "pass" {
-			ex.s.metrics.countTurnRefused()
+			ex.s.metrics.CountTurnRefused()
 			ex.release()
 			apierr.Write(ctx, ex.ad, apierr.Retry(apierr.StoreUnavailable, 1,
 				"The upstream answered, but the conversation store could not keep the turn; it is not saved. Send the request again."))
 			return
 		}
 		ctx.Response.Header.Set("X-Persisted", "false")
-		ex.s.metrics.countUnpersisted()
+		ex.s.metrics.CountUnpersisted()
 	}
 	ctx.SetBody(body)
 	ex.release()
@@ -335,7 +335,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
 			return err
 		}
-		ex.s.metrics.observeTTFB(up.cfg.Name, up.cfg.Timeouts.FirstByte.D(), deadline)
+		ex.s.metrics.ObserveTTFB(up.cfg.Name, up.cfg.Timeouts.FirstByte.D(), deadline)
 		ex.liftFirstByteDeadline()
 		status := ex.resp.StatusCode()
 		if !limiter.Retryable(status) {
@@ -350,7 +350,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		// was a 429, and try again (with another key when the pool has one).
 		_ = ex.resp.CloseBodyStream()
 		ex.resp.Reset()
-		ex.s.metrics.countRetry()
+		ex.s.metrics.CountRetry()
 		if ex.adm != nil && ex.adm.key != nil {
 			// The key cools down for the upstream's Retry-After; the retry
 			// goes out on another key at once (after the base backoff).
@@ -405,9 +405,9 @@ func (ex *exchange) end(o *outcome) error {
 			route = "stream"
 		}
 	}
-	m.observeRequest(ex.up.cfg.Name, route, o.status, time.Since(ex.start))
+	m.ObserveRequest(ex.up.cfg.Name, route, o.status, time.Since(ex.start))
 	if u := o.turn.Usage; u.Present {
-		m.observeTokens(ex.up.cfg.Name, ex.op.Model, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
+		m.ObserveTokens(ex.up.cfg.Name, ex.op.Model, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
 	}
 	usage := o.turn.Usage
 	if o.aborted && !usage.Present {
@@ -637,7 +637,7 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 		// The turn is neither stored nor spooled: the array's closing
 		// bracket, held back, never goes out, so the client's parser
 		// finds the answer cut short rather than whole.
-		ex.s.metrics.countTurnRefused()
+		ex.s.metrics.CountTurnRefused()
 		return
 	}
 	tee.release()
@@ -901,7 +901,7 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 	ex := r.ex
 	r.dog.Touch() // also puts the next heartbeat off
 	if ev.Kind == sse.KindEvent {
-		ex.s.metrics.eventsTeed.Inc()
+		ex.s.metrics.EventsTeed.Inc()
 	}
 	// Assemble first: stripping edits the event's bytes in place, and Data
 	// aliases them.
@@ -967,7 +967,7 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 //go:noinline
 func (r *sseRelay) notStored() {
 	ex := r.ex
-	ex.s.metrics.countTurnRefused()
+	ex.s.metrics.CountTurnRefused()
 	r.rc.write(apierr.Event(ex.ad, apierr.New(apierr.StoreUnavailable,
 		"The answer arrived whole, but the conversation store could not keep it; it is not saved. Send the turn again.")), false)
 	r.rc.stop(stopClientLeft) // ends the upstream request

@@ -354,7 +354,7 @@ func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, 
 		return nil, nil, false
 	}
 	if ex.up.cfg.OnStoreError == "pass" {
-		s.metrics.countUnpersisted()
+		s.metrics.CountUnpersisted()
 		ctx.Response.Header.Set("X-Persisted", "false")
 		return nil, body, true
 	}
@@ -794,10 +794,10 @@ func (t *turn) finish(o *outcome) error {
 		return err
 	}
 	if len(fr.tail.events) > 0 {
-		t.s.metrics.eventLogLag.Observe(time.Since(fr.tail.queuedAt).Seconds())
+		t.s.metrics.EventLogLag.Observe(time.Since(fr.tail.queuedAt).Seconds())
 	}
 	t.keepTranscript(fr.parts, fr.hashes, fr.replies, pendingSaved)
-	t.s.metrics.runs(fr.f.Status)
+	t.s.metrics.Runs(fr.f.Status)
 	return nil
 }
 
@@ -1066,7 +1066,7 @@ func appendNullableString(dst []byte, s string) []byte {
 // the stored non-stream body, or the stored stream replayed (and followed,
 // if the run is still going), with no upstream call.
 func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store.Key, runID string) {
-	s.metrics.countReplayed()
+	s.metrics.CountReplayed()
 	if !ex.op.Stream {
 		// StartRun reports the run without its stored body; fetch it.
 		rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)

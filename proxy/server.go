@@ -28,6 +28,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/metrics"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -76,7 +77,7 @@ type Server struct {
 	largeBodies  largeBodyPool
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
-	metrics      *serverMetrics
+	metrics      *metrics.Metrics
 	clients      *clientTable
 	gates        limiter.Gates
 	rates        limiter.RateLimiter
@@ -205,7 +206,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{
 		cfg:          cfg,
 		log:          log,
-		metrics:      newServerMetrics(),
+		metrics:      metrics.New(Version),
 		replicaID:    opts.ReplicaID,
 		storeTimeout: 5 * time.Second,
 		clients:      newClientTable(cfg.Clients),
@@ -218,8 +219,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.storeTimeout = d
 	}
 	if opts.Store != nil {
-		s.store = &meteredStore{Store: opts.Store, m: s.metrics}
-		s.metrics.registerSpool(opts.Store)
+		s.store = s.metrics.Meter(opts.Store)
+		s.metrics.RegisterSpool(opts.Store)
 		s.feeds = newRunFeeds(s.store)
 		if n := cfg.Store.ThreadCacheBytes; n != nil {
 			s.threads = newThreadCache(*n)
@@ -244,10 +245,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			MaxConcurrent: c.MaxConcurrent, MaxWaiting: c.Queue.MaxWaiting, Timeout: c.Queue.Timeout.D()})
 		s.conns[c.Name] = up
 	}
-	s.metrics.registerGates(s)
-	s.metrics.registerConnections(connectionNames(cfg))
-	s.metrics.registerThreadCache(s.threads)
-	s.metricsHandler = s.metrics.handler()
+	s.metrics.RegisterGates(connGates(s.conns))
+	s.metrics.RegisterConnections(connectionNames(cfg))
+	s.metrics.RegisterThreadCache(threadCacheStats(s.threads))
+	s.metricsHandler = s.metrics.Handler()
 	l := cfg.Limits
 	s.srv = &fasthttp.Server{
 		Handler:               s.handle,
@@ -404,7 +405,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // observeOwn records a request to chronicle's own API; a stream (events)
 // is recorded when it is answered.
 func (s *Server) observeOwn(ctx *fasthttp.RequestCtx, route string, start time.Time) {
-	s.metrics.observeRequest("", route, ctx.Response.StatusCode(), time.Since(start))
+	s.metrics.ObserveRequest("", route, ctx.Response.StatusCode(), time.Since(start))
 }
 
 // splitFirstSegment splits "/name/rest..." into "name" and "/rest...".
@@ -459,7 +460,7 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 
 // backend is the store the server was given, without the metering.
 func (s *Server) backend() store.Store {
-	if ms, ok := s.store.(*meteredStore); ok {
+	if ms, ok := s.store.(*metrics.Store); ok {
 		return ms.Store
 	}
 	return s.store
