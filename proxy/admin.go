@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/threaddoc"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
@@ -90,10 +91,10 @@ func (s *Server) adminRun(ctx *fasthttp.RequestCtx, k store.Key, runID string) {
 		return
 	}
 	doc := struct {
-		runJSON
+		threaddoc.Run
 		Response     json.RawMessage `json:"response"`
 		UpstreamBody json.RawMessage `json:"upstream_body"`
-	}{runJSON: toRunJSON(run), Response: rawOr(run.Response, "null"), UpstreamBody: rawOr(run.UpstreamBody, "null")}
+	}{Run: threaddoc.ToRun(run), Response: threaddoc.RawOr(run.Response, "null"), UpstreamBody: threaddoc.RawOr(run.UpstreamBody, "null")}
 	writeJSON(ctx, 200, doc)
 }
 
@@ -426,7 +427,7 @@ func (q *AuditQuery) Check() error {
 }
 
 // UsageJSON is a token usage total.
-type UsageJSON = usageJSON
+type UsageJSON = threaddoc.Usage
 
 // ThreadEntry is one audit listing entry: Runs is a count, Usage the sum
 // over the thread's runs.
@@ -454,8 +455,8 @@ func toEntry(s store.ThreadSummary) ThreadEntry {
 	u := s.Usage
 	return ThreadEntry{
 		Tenant: s.Key.Tenant, ID: s.Key.Thread, Connection: s.Connection, Format: s.Format, Model: s.Model,
-		CreatedAt: timestamp(s.CreatedAt), UpdatedAt: timestamp(s.UpdatedAt), Runs: s.Runs, LastStatus: string(s.LastStatus),
-		Usage: UsageJSON{u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens},
+		CreatedAt: threaddoc.Timestamp(s.CreatedAt), UpdatedAt: threaddoc.Timestamp(s.UpdatedAt), Runs: s.Runs, LastStatus: string(s.LastStatus),
+		Usage: UsageJSON{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens},
 	}
 }
 
@@ -681,7 +682,7 @@ func (a *Audit) Thread(ctx context.Context, k store.Key) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return appendThreadDoc(nil, th, runs, false), nil
+	return threaddoc.Append(nil, th, runs, false), nil
 }
 
 func (a *Audit) load(ctx context.Context, k store.Key) (store.Thread, []store.Run, error) {
@@ -697,54 +698,6 @@ func (a *Audit) load(ctx context.Context, k store.Key) (store.Thread, []store.Ru
 		return th, nil, err
 	}
 	return th, runs, nil
-}
-
-// appendThreadDoc appends the thread document to dst. Stored messages are
-// spliced in as they are (encoding/json would re-encode them); with oneLine
-// a message holding raw newlines is compacted so the document fits one
-// JSONL line (insignificant whitespace is all that changes).
-func appendThreadDoc(dst []byte, th store.Thread, runs []store.Run, oneLine bool) []byte {
-	doc := toThreadJSON(th, nil)
-	doc.System, doc.Messages, doc.Runs = json.RawMessage(`null`), nil, nil
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(doc)
-	head := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	cut := bytes.LastIndex(head, []byte(`"system":null`))
-	dst = append(dst, head[:cut]...)
-	dst = append(dst, `"system":`...)
-	if len(th.System) > 0 {
-		dst = appendRaw(dst, th.System, oneLine)
-	} else {
-		dst = append(dst, "null"...)
-	}
-	dst = append(dst, `,"messages":[`...)
-	for i, m := range th.Messages {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendRaw(dst, m, oneLine)
-	}
-	runsDoc := make([]runJSON, 0, len(runs))
-	for _, r := range runs {
-		runsDoc = append(runsDoc, toRunJSON(r))
-	}
-	buf.Reset()
-	_ = enc.Encode(runsDoc)
-	dst = append(dst, `],"runs":`...)
-	dst = append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
-	return append(dst, '}')
-}
-
-func appendRaw(dst, raw []byte, oneLine bool) []byte {
-	if oneLine && bytes.ContainsAny(raw, "\r\n") {
-		var b bytes.Buffer
-		if json.Compact(&b, raw) == nil {
-			return append(dst, b.Bytes()...)
-		}
-	}
-	return append(dst, raw...)
 }
 
 // flusher is a writer that can push what it buffered (bufio.Writer).
@@ -784,7 +737,7 @@ func (a *Audit) Export(ctx context.Context, q AuditQuery, w io.Writer, progress 
 			if lower != "" && !threadContains(th, lower) {
 				continue
 			}
-			line = appendThreadDoc(line[:0], th, runs, true)
+			line = threaddoc.Append(line[:0], th, runs, true)
 			line = append(line, '\n')
 			if _, err := w.Write(line); err != nil {
 				return n, err
@@ -815,7 +768,7 @@ func (a *Audit) ExportThread(ctx context.Context, k store.Key, w io.Writer) erro
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(appendThreadDoc(nil, th, runs, true), '\n'))
+	_, err = w.Write(append(threaddoc.Append(nil, th, runs, true), '\n'))
 	return err
 }
 
@@ -893,11 +846,11 @@ func (a *Audit) Usage(ctx context.Context, q UsageQuery) (UsageReport, error) {
 	}
 	rep := UsageReport{GroupBy: q.GroupBy, Groups: []UsageGroup{}, Total: UsageGroup{Key: "total"}}
 	if !q.Since.IsZero() {
-		s := timestamp(q.Since)
+		s := threaddoc.Timestamp(q.Since)
 		rep.Since = &s
 	}
 	if !q.Until.IsZero() {
-		s := timestamp(q.Until)
+		s := threaddoc.Timestamp(q.Until)
 		rep.Until = &s
 	}
 	sums := map[string]*UsageGroup{}
