@@ -1,7 +1,8 @@
 // Package proxy owns chronicle's HTTP side: the fasthttp server, routing of
 // /{connection}/... to upstreams, authentication and tenancy, the request
-// pipeline (forwarding, streaming, persistence), the proxy's own API, the
-// admin API, health and metrics.
+// pipeline (forwarding, streaming, persistence), the tenant API (/api) and
+// health. The admin API, the audit page and pprof are proxy/admin's; the
+// metrics are proxy/internal/metrics'.
 //
 // It never parses provider JSON itself; it asks an adapter. A Server is safe
 // for concurrent use; build one with New and run it with Serve.
@@ -26,6 +27,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/limiter"
+	"github.com/chronicle-proxy/chronicle/proxy/admin"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/metrics"
@@ -92,6 +94,8 @@ type Server struct {
 	local sync.Map // localKey → *turn
 
 	metricsHandler fasthttp.RequestHandler
+	// admin serves /admin, /ui and /debug.
+	admin *admin.Handler
 	// eventWriters write the runs' event logs.
 	eventWriters eventWriters
 	// eventWindows ends the event logs' batch windows.
@@ -226,6 +230,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			s.threads = newThreadCache(*n)
 		}
 	}
+	s.admin = admin.New(admin.Options{Store: s.store, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
+		Logger: log, StoreTimeout: s.storeTimeout, Shape: openAIAdapter})
 	if s.gates == nil {
 		s.gates = limiter.NewLocalGates()
 	}
@@ -383,14 +389,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.observeOwn(ctx, "api", start)
 		return
 	case "admin":
-		s.serveAdmin(ctx, rest)
+		s.admin.ServeAdmin(ctx, rest)
 		s.observeOwn(ctx, "admin", start)
 		return
 	case "ui":
-		s.serveUI(ctx, rest)
+		s.admin.ServeUI(ctx, rest)
 		return
 	case "debug":
-		s.servePprof(ctx)
+		s.admin.ServePprof(ctx)
 		return
 	}
 	up := s.conns[string(first)]
