@@ -90,7 +90,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool
 		start := time.Now()
 		slot, err := ex.up.gate.Acquire(wctx)
 		stop()
-		s.metrics.queueWaitH.WithLabelValues(cfg.Name).Observe(time.Since(start).Seconds())
+		s.metrics.QueueWaitH.WithLabelValues(cfg.Name).Observe(time.Since(start).Seconds())
 		if err != nil {
 			s.refuse(ctx, ex, a, err)
 			return nil, false
@@ -118,7 +118,7 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, ex *exchange, a *admission, er
 	var rl *limiter.RateLimitError
 	switch {
 	case errors.As(err, &rl):
-		s.metrics.rejected(ex.up.cfg.Name, "rate_limited")
+		s.metrics.Rejected(ex.up.cfg.Name, "rate_limited")
 		retry := int(math.Ceil(rl.RetryAfter.Seconds()))
 		if retry < 1 {
 			retry = 1
@@ -130,22 +130,22 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, ex *exchange, a *admission, er
 		apierr.Write(ctx, ex.ad, apierr.Retry(code, retry, msg))
 		setQuotaHeaders(ctx, rl.Requests, rl.Tokens)
 	case errors.Is(err, limiter.ErrQueueFull):
-		s.metrics.rejected(ex.up.cfg.Name, "queue_full")
+		s.metrics.Rejected(ex.up.cfg.Name, "queue_full")
 		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.QueueFull, 1,
 			"Too many requests are waiting for this connection (queue.max_waiting)."))
 	case errors.Is(err, limiter.ErrQueueTimeout):
-		s.metrics.rejected(ex.up.cfg.Name, "queue_timeout")
+		s.metrics.Rejected(ex.up.cfg.Name, "queue_timeout")
 		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.QueueTimeout, 1,
 			"The request waited longer than queue.timeout for a slot on this connection."))
 	case errors.Is(err, errTenantStreams):
-		s.metrics.rejected(ex.up.cfg.Name, "tenant_streams")
+		s.metrics.Rejected(ex.up.cfg.Name, "tenant_streams")
 		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.TooManyStreams, 1,
 			"This tenant already has limits.per_tenant.max_streams streams open."))
 	case errors.Is(err, limiter.ErrNoKeys):
 		apierr.Write(ctx, ex.ad, apierr.New(apierr.NoUpstreamKeys,
 			"Every upstream key of this connection was rejected by the provider."))
 	case errors.Is(err, context.Canceled):
-		s.metrics.rejected(ex.up.cfg.Name, "client_gone")
+		s.metrics.Rejected(ex.up.cfg.Name, "client_gone")
 		ctx.SetConnectionClose() // the client left while queued; nobody reads this
 	default:
 		s.log.Warn("limiter unavailable", "connection", ex.up.cfg.Name, "err", err)

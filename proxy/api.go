@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/threaddoc"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -93,133 +91,10 @@ func (s *Server) storeError(ctx *fasthttp.RequestCtx, err error, what string) {
 		"The conversation store is unreachable."))
 }
 
-// threadJSON is the contract's thread document. Raw fields are provider
-// JSON exactly as stored.
-type threadJSON struct {
-	ID         string            `json:"id"`
-	Tenant     string            `json:"tenant"`
-	Connection string            `json:"connection"`
-	Format     string            `json:"format"`
-	CreatedAt  string            `json:"created_at"`
-	UpdatedAt  string            `json:"updated_at"`
-	Version    int64             `json:"version"`
-	System     json.RawMessage   `json:"system"`
-	Messages   []json.RawMessage `json:"messages"`
-	Runs       []runJSON         `json:"runs"`
-}
-
-type usageJSON struct {
-	InputTokens     int64 `json:"input_tokens"`
-	OutputTokens    int64 `json:"output_tokens"`
-	CachedTokens    int64 `json:"cached_tokens"`
-	ReasoningTokens int64 `json:"reasoning_tokens"`
-}
-
-type interruptJSON struct {
-	CallID string `json:"call_id"`
-	Name   string `json:"name"`
-	Status string `json:"status"`
-}
-
-// runJSON is the contract's run document; every key is always present.
-type runJSON struct {
-	ID               string          `json:"id"`
-	Status           string          `json:"status"`
-	Reason           *string         `json:"reason"`
-	Model            *string         `json:"model"`
-	StartedAt        string          `json:"started_at"`
-	FinishedAt       *string         `json:"finished_at"`
-	Usage            *usageJSON      `json:"usage"`
-	Error            json.RawMessage `json:"error"`
-	Interrupts       []interruptJSON `json:"interrupts"`
-	InterruptedCalls json.RawMessage `json:"interrupted_calls"`
-	Repairs          json.RawMessage `json:"repairs"`
-	Restored         json.RawMessage `json:"restored"`
-	SessionID        *string         `json:"session_id"`
-	ResumedBy        *string         `json:"resumed_by"`
-	Partial          *string         `json:"partial"`
-}
-
-func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// rawOr returns b when it is valid JSON, b as a JSON string when it is not,
-// and def when it is empty.
-func rawOr(b []byte, def string) json.RawMessage {
-	if len(b) == 0 {
-		return json.RawMessage(def)
-	}
-	if jsonscan.Valid(b) {
-		return json.RawMessage(b)
-	}
-	q, _ := json.Marshal(string(b))
-	return q
-}
-
-func toRunJSON(r store.Run) runJSON {
-	out := runJSON{
-		ID: r.ID, Status: string(r.Status), Reason: nullable(r.Reason), Model: nullable(r.Model),
-		StartedAt: timestamp(r.StartedAt), Error: rawOr(r.Error, "null"),
-		Interrupts:       []interruptJSON{},
-		InterruptedCalls: rawOr(r.InterruptedCalls, "[]"),
-		Repairs:          rawOr(r.Repairs, "[]"),
-		Restored:         rawOr(r.Restored, "[]"),
-		SessionID:        r.SessionID, ResumedBy: nullable(r.ResumedBy),
-	}
-	if !r.FinishedAt.IsZero() {
-		f := timestamp(r.FinishedAt)
-		out.FinishedAt = &f
-	}
-	if r.Usage != nil {
-		out.Usage = &usageJSON{r.Usage.InputTokens, r.Usage.OutputTokens, r.Usage.CachedTokens, r.Usage.ReasoningTokens}
-	}
-	for _, in := range r.Interrupts {
-		out.Interrupts = append(out.Interrupts, interruptJSON{in.CallID, in.Name, string(in.Status)})
-	}
-	if r.Partial != nil {
-		p := string(r.Partial)
-		out.Partial = &p
-	}
-	return out
-}
-
-func toThreadJSON(th store.Thread, runs []store.Run) threadJSON {
-	out := threadJSON{
-		ID: th.Thread, Tenant: th.Tenant, Connection: th.Connection, Format: th.Format,
-		CreatedAt: timestamp(th.CreatedAt), UpdatedAt: timestamp(th.UpdatedAt), Version: th.Version,
-		System: rawOr(th.System, "null"), Messages: make([]json.RawMessage, len(th.Messages)), Runs: []runJSON{},
-	}
-	for i, m := range th.Messages {
-		out.Messages[i] = m
-	}
-	for _, r := range runs {
-		out.Runs = append(out.Runs, toRunJSON(r))
-	}
-	return out
-}
-
-// writeJSON answers with v as JSON. HTML escaping is off: stored provider
-// JSON must come back byte for byte, "&" included.
+// writeJSON answers with v as JSON (threaddoc.WriteJSON), in the OpenAI
+// shape should it fail.
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	err := enc.Encode(v)
-	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	if err != nil {
-		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.InternalError,
-			"The document could not be encoded."))
-		return
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
+	threaddoc.WriteJSON(ctx, openAIAdapter, status, v)
 }
 
 func (s *Server) apiThread(ctx *fasthttp.RequestCtx, k store.Key) {
@@ -235,15 +110,7 @@ func (s *Server) apiThread(ctx *fasthttp.RequestCtx, k store.Key) {
 		s.storeError(ctx, err, "thread")
 		return
 	}
-	writeThread(ctx, th, runs)
-}
-
-// writeThread answers with the thread document (appendThreadDoc splices
-// the stored messages in byte for byte).
-func writeThread(ctx *fasthttp.RequestCtx, th store.Thread, runs []store.Run) {
-	ctx.SetStatusCode(200)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(appendThreadDoc(nil, th, runs, false))
+	threaddoc.WriteThread(ctx, th, runs)
 }
 
 func (s *Server) apiActiveRun(ctx *fasthttp.RequestCtx, k store.Key) {
@@ -256,7 +123,7 @@ func (s *Server) apiActiveRun(ctx *fasthttp.RequestCtx, k store.Key) {
 	}
 	for i := len(runs) - 1; i >= 0; i-- {
 		if runs[i].Status == store.Running {
-			writeJSON(ctx, 200, toRunJSON(runs[i]))
+			writeJSON(ctx, 200, threaddoc.ToRun(runs[i]))
 			return
 		}
 	}
@@ -275,7 +142,7 @@ func (s *Server) apiCancel(ctx *fasthttp.RequestCtx, k store.Key, runID string) 
 	// A run owned by this replica stops at once; another replica's run
 	// stops when its owner next renews the lease.
 	s.cancelLocal(k, runID)
-	writeJSON(ctx, 202, toRunJSON(run))
+	writeJSON(ctx, 202, threaddoc.ToRun(run))
 }
 
 // apiEvents replays a run's events from Last-Event-ID (or ?after=N), each

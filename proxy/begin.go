@@ -279,7 +279,7 @@ func (s *Server) storeFailed(ctx *fasthttp.RequestCtx, ex *exchange, err error, 
 		return nil, nil, false
 	}
 	if ex.up.cfg.OnStoreError == "pass" {
-		s.metrics.countUnpersisted()
+		s.metrics.CountUnpersisted()
 		ctx.Response.Header.Set("X-Persisted", "false")
 		return nil, body, true
 	}
@@ -372,7 +372,7 @@ func repairedCall(calls []repair.Call, id string) bool {
 // the stored non-stream body, or the stored stream replayed (and followed,
 // if the run is still going), with no upstream call.
 func (s *Server) answerFromStore(ctx *fasthttp.RequestCtx, ex *exchange, k store.Key, runID string) {
-	s.metrics.countReplayed()
+	s.metrics.CountReplayed()
 	if !ex.op.Stream {
 		// StartRun reports the run without its stored body; fetch it.
 		rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)

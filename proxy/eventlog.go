@@ -174,7 +174,7 @@ func (l *eventLog) write() {
 			rctx, cancel := context.WithTimeout(context.Background(), l.t.s.storeTimeout)
 			err := l.t.st.AppendEvents(rctx, l.t.lease, first, batch)
 			cancel()
-			l.t.s.metrics.eventLogLag.Observe(time.Since(queuedAt).Seconds())
+			l.t.s.metrics.EventLogLag.Observe(time.Since(queuedAt).Seconds())
 			if err != nil {
 				// Later batches would leave a gap; the log stops
 				// here and the run's transcript is still written.

@@ -59,10 +59,10 @@ func (t *turn) finish(o *outcome) error {
 		return err
 	}
 	if len(fr.tail.events) > 0 {
-		t.s.metrics.eventLogLag.Observe(time.Since(fr.tail.queuedAt).Seconds())
+		t.s.metrics.EventLogLag.Observe(time.Since(fr.tail.queuedAt).Seconds())
 	}
 	t.keepTranscript(fr.parts, fr.hashes, fr.replies, pendingSaved)
-	t.s.metrics.runs(fr.f.Status)
+	t.s.metrics.Runs(fr.f.Status)
 	return nil
 }
 

@@ -2,15 +2,10 @@ package proxy
 
 import (
 	"bufio"
-	"errors"
-	"fmt"
 	"io"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/chronicle-proxy/chronicle/store"
 )
 
 // TestMetrics: /metrics serves Prometheus text with the request, token,
@@ -113,80 +108,5 @@ func TestStreamsInFlight(t *testing.T) {
 	}
 	if text := scrape(t, p); !strings.Contains(text, `chronicle_streams_in_flight{connection="up"} 0`) {
 		t.Errorf("after the stream: %s", grepLines(text, "chronicle_streams_in_flight"))
-	}
-}
-
-// TestModelLabelsBounded: a client picks the model string, so a
-// connection's model labels are its first maxModelLabels well-formed model
-// names; every other name counts as "other".
-func TestModelLabelsBounded(t *testing.T) {
-	m := newServerMetrics()
-	m.registerConnections([]string{"a", "b"})
-	for i := range 3 * maxModelLabels {
-		m.observeTokens("a", fmt.Sprintf("model-%d", i), 10, 1, 0, 0)
-	}
-	m.observeTokens("a", "model-0", 5, 0, 0, 0) // a model already labelled keeps its label
-	for _, odd := range []string{strings.Repeat("x", maxModelLabelLen+1), "gpt 4o", `a"b`, "", "é"} {
-		m.observeTokens("b", odd, 1, 0, 0, 0)
-	}
-	m.observeTokens("b", "models/gemini-2.5-flash", 1, 0, 0, 0)
-	families, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	models := map[string]map[string]float64{} // connection → model → input tokens
-	for _, f := range families {
-		if f.GetName() != "chronicle_tokens_total" {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range s.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if l["kind"] != "input" {
-				continue
-			}
-			if models[l["connection"]] == nil {
-				models[l["connection"]] = map[string]float64{}
-			}
-			models[l["connection"]][l["model"]] = s.GetCounter().GetValue()
-		}
-	}
-	if n := len(models["a"]); n != maxModelLabels+1 {
-		t.Errorf("connection a has %d model labels, want %d and other", n, maxModelLabels)
-	}
-	if models["a"]["model-0"] != 15 || models["a"]["other"] != float64(10*2*maxModelLabels) {
-		t.Errorf("connection a: model-0 %v, other %v", models["a"]["model-0"], models["a"]["other"])
-	}
-	if len(models["b"]) != 2 || models["b"]["other"] != 5 || models["b"]["models/gemini-2.5-flash"] != 1 {
-		t.Errorf("connection b: %v", models["b"])
-	}
-}
-
-// TestMetricsHotPathAllocs: recording a request, its tokens, a store call,
-// a rejection, a stream and an upstream head allocates nothing once the
-// series exist (they are resolved, not looked up by label values).
-func TestMetricsHotPathAllocs(t *testing.T) {
-	m := newServerMetrics()
-	m.registerConnections([]string{"openai"})
-	start := time.Now()
-	deadline := start.Add(time.Minute)
-	down := errors.New("down")
-	record := func() {
-		m.observeRequest("openai", "stream", 200, time.Millisecond)
-		m.observeRequest("", "api", 404, time.Millisecond)
-		m.observeTokens("openai", "gpt-4o", 10, 5, 2, 1)
-		m.observeStore("finish", start, nil)
-		m.observeStore("start_run", start, down)
-		m.rejected("openai", "queue_full")
-		m.streamOpened("openai")
-		m.streamClosed("openai")
-		m.observeTTFB("openai", time.Minute, deadline)
-		m.runs(store.Completed)
-	}
-	record() // first use of the request and model series
-	if n := testing.AllocsPerRun(200, record); n != 0 {
-		t.Fatalf("the metrics hot path allocates %.1f times per request", n)
 	}
 }

@@ -197,7 +197,7 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 			return
 		}
 		ctx.Response.Header.Set("X-Persisted", "false")
-		ex.s.metrics.countUnpersisted()
+		ex.s.metrics.CountUnpersisted()
 	}
 	ctx.SetBody(body)
 	ex.closeUpstream()
@@ -209,7 +209,7 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 //
 //go:noinline
 func (ex *exchange) refuseUnstored(ctx *fasthttp.RequestCtx) {
-	ex.s.metrics.countTurnRefused()
+	ex.s.metrics.CountTurnRefused()
 	ex.closeUpstream()
 	apierr.Write(ctx, ex.ad, apierr.Retry(apierr.StoreUnavailable, 1,
 		"The upstream answered, but the conversation store could not keep the turn; it is not saved. Send the request again."))
@@ -263,9 +263,9 @@ func (ex *exchange) conclude(o *outcome) error {
 			route = "stream"
 		}
 	}
-	m.observeRequest(ex.up.cfg.Name, route, o.status, time.Since(ex.start))
+	m.ObserveRequest(ex.up.cfg.Name, route, o.status, time.Since(ex.start))
 	if u := o.turn.Usage; u.Present {
-		m.observeTokens(ex.up.cfg.Name, ex.op.Model, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
+		m.ObserveTokens(ex.up.cfg.Name, ex.op.Model, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
 	}
 	usage := o.turn.Usage
 	if o.aborted && !usage.Present {

@@ -72,7 +72,7 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 		// The turn is neither stored nor spooled: the array's closing
 		// bracket, held back, never goes out, so the client's parser
 		// finds the answer cut short rather than whole.
-		ex.s.metrics.countTurnRefused()
+		ex.s.metrics.CountTurnRefused()
 		return
 	}
 	tee.release()

@@ -113,7 +113,7 @@ func (r *sseRelay) relayEvent(ev *sse.Event, more bool) bool {
 	ex := r.ex
 	r.dog.Touch() // also puts the next heartbeat off
 	if ev.Kind == sse.KindEvent {
-		ex.s.metrics.eventsTeed.Inc()
+		ex.s.metrics.EventsTeed.Inc()
 	}
 	// Assemble first: stripping edits the event's bytes in place, and Data
 	// aliases them.
@@ -179,7 +179,7 @@ func (r *sseRelay) relayEvent(ev *sse.Event, more bool) bool {
 //go:noinline
 func (r *sseRelay) notStored() {
 	ex := r.ex
-	ex.s.metrics.countTurnRefused()
+	ex.s.metrics.CountTurnRefused()
 	r.rc.write(apierr.Event(ex.ad, apierr.New(apierr.StoreUnavailable,
 		"The answer arrived whole, but the conversation store could not keep it; it is not saved. Send the turn again.")), false)
 	r.rc.stop(stopClientLeft) // ends the upstream request

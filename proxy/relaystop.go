@@ -49,7 +49,7 @@ type relayControl struct {
 
 func (rc *relayControl) init(ex *exchange, w *bufio.Writer) {
 	rc.ex, rc.w = ex, w
-	ex.s.metrics.streamOpened(ex.up.cfg.Name) // until finish
+	ex.s.metrics.StreamOpened(ex.up.cfg.Name) // until finish
 }
 
 // stopOn stops the relay with why when ctx ends, if cond (when not nil)
@@ -139,7 +139,7 @@ func (rc *relayControl) reason() stopReason {
 func (rc *relayControl) finish() stopReason {
 	rc.mu.Lock()
 	if !rc.done {
-		rc.ex.s.metrics.streamClosed(rc.ex.up.cfg.Name)
+		rc.ex.s.metrics.StreamClosed(rc.ex.up.cfg.Name)
 	}
 	rc.done = true
 	why := rc.why

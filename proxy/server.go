@@ -1,7 +1,8 @@
 // Package proxy owns chronicle's HTTP side: the fasthttp server, routing of
 // /{connection}/... to upstreams, authentication and tenancy, the request
-// pipeline (forwarding, streaming, persistence), the proxy's own API, the
-// admin API, health and metrics.
+// pipeline (forwarding, streaming, persistence), the tenant API (/api) and
+// health. The admin API, the audit page and pprof are proxy/admin's; the
+// metrics are proxy/internal/metrics'.
 //
 // It never parses provider JSON itself; it asks an adapter. A Server is safe
 // for concurrent use; build one with New and run it with Serve.
@@ -26,9 +27,11 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/limiter"
+	"github.com/chronicle-proxy/chronicle/proxy/admin"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/sched"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/metrics"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -77,7 +80,7 @@ type Server struct {
 	largeBodies  sched.BodyPool
 	// storeTimeout bounds one store call on the request path.
 	storeTimeout time.Duration
-	metrics      *serverMetrics
+	metrics      *metrics.Metrics
 	clients      *clientTable
 	gates        limiter.Gates
 	rates        limiter.RateLimiter
@@ -92,6 +95,8 @@ type Server struct {
 	local sync.Map // localKey → *turn
 
 	metricsHandler fasthttp.RequestHandler
+	// admin serves /admin, /ui and /debug.
+	admin *admin.Handler
 	// eventWriters write the runs' event logs.
 	eventWriters eventWriters
 	// eventWindows ends the event logs' batch windows.
@@ -206,7 +211,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	s := &Server{
 		cfg:          cfg,
 		log:          log,
-		metrics:      newServerMetrics(),
+		metrics:      metrics.New(Version),
 		replicaID:    opts.ReplicaID,
 		storeTimeout: 5 * time.Second,
 		clients:      newClientTable(cfg.Clients),
@@ -220,13 +225,15 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.storeTimeout = d
 	}
 	if opts.Store != nil {
-		s.store = &meteredStore{Store: opts.Store, m: s.metrics}
-		s.metrics.registerSpool(opts.Store)
+		s.store = s.metrics.Meter(opts.Store)
+		s.metrics.RegisterSpool(opts.Store)
 		s.feeds = newRunFeeds(s.store)
 		if n := cfg.Store.ThreadCacheBytes; n != nil {
 			s.threads = newThreadCache(*n)
 		}
 	}
+	s.admin = admin.New(admin.Options{Store: s.store, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
+		Logger: log, StoreTimeout: s.storeTimeout, Shape: openAIAdapter})
 	if s.gates == nil {
 		s.gates = limiter.NewLocalGates()
 	}
@@ -246,10 +253,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			MaxConcurrent: c.MaxConcurrent, MaxWaiting: c.Queue.MaxWaiting, Timeout: c.Queue.Timeout.D()})
 		s.conns[c.Name] = up
 	}
-	s.metrics.registerGates(s)
-	s.metrics.registerConnections(connectionNames(cfg))
-	s.metrics.registerThreadCache(s.threads)
-	s.metricsHandler = s.metrics.handler()
+	s.metrics.RegisterGates(connGates(s.conns))
+	s.metrics.RegisterConnections(connectionNames(cfg))
+	s.metrics.RegisterThreadCache(threadCacheStats(s.threads))
+	s.metricsHandler = s.metrics.Handler()
 	l := cfg.Limits
 	s.srv = &fasthttp.Server{
 		Handler:               s.handle,
@@ -384,14 +391,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.observeOwn(ctx, "api", start)
 		return
 	case "admin":
-		s.serveAdmin(ctx, rest)
+		s.admin.ServeAdmin(ctx, rest)
 		s.observeOwn(ctx, "admin", start)
 		return
 	case "ui":
-		s.serveUI(ctx, rest)
+		s.admin.ServeUI(ctx, rest)
 		return
 	case "debug":
-		s.servePprof(ctx)
+		s.admin.ServePprof(ctx)
 		return
 	}
 	up := s.conns[string(first)]
@@ -413,7 +420,7 @@ func unknownConnection(ctx *fasthttp.RequestCtx, rest []byte) {
 // observeOwn records a request to chronicle's own API; a stream (events)
 // is recorded when it is answered.
 func (s *Server) observeOwn(ctx *fasthttp.RequestCtx, route string, start time.Time) {
-	s.metrics.observeRequest("", route, ctx.Response.StatusCode(), time.Since(start))
+	s.metrics.ObserveRequest("", route, ctx.Response.StatusCode(), time.Since(start))
 }
 
 // splitFirstSegment splits "/name/rest..." into "name" and "/rest...".
@@ -468,7 +475,7 @@ func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
 
 // backend is the store the server was given, without the metering.
 func (s *Server) backend() store.Store {
-	if ms, ok := s.store.(*meteredStore); ok {
+	if ms, ok := s.store.(*metrics.Store); ok {
 		return ms.Store
 	}
 	return s.store

@@ -115,7 +115,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		if err := up.client.DoDeadline(ex.req, ex.resp, deadline); err != nil {
 			return err
 		}
-		ex.s.metrics.observeTTFB(up.cfg.Name, up.cfg.Timeouts.FirstByte.D(), deadline)
+		ex.s.metrics.ObserveTTFB(up.cfg.Name, up.cfg.Timeouts.FirstByte.D(), deadline)
 		ex.liftFirstByteDeadline()
 		status := ex.resp.StatusCode()
 		if !limiter.Retryable(status) {
@@ -130,7 +130,7 @@ func (ex *exchange) roundTrip(ctx *fasthttp.RequestCtx, rest []byte, cred creden
 		// was a 429, and try again (with another key when the pool has one).
 		_ = ex.resp.CloseBodyStream()
 		ex.resp.Reset()
-		ex.s.metrics.countRetry()
+		ex.s.metrics.CountRetry()
 		if ex.adm != nil && ex.adm.key != nil {
 			// The key cools down for the upstream's Retry-After; the retry
 			// goes out on another key at once (after the base backoff).

@@ -560,3 +560,26 @@ type Durability interface {
 	// yes, appendfsync always: an acknowledged turn is on disk".
 	Durability(ctx context.Context) (string, error)
 }
+
+// Journal is implemented by wrappers that keep, in a local journal, the
+// writes their backend cannot take and replay them when it is back
+// (store/spool). The proxy exports the journal's state as metrics.
+type Journal interface {
+	Stats() JournalStats
+}
+
+// JournalStats describe a Journal's journal, for metrics.
+type JournalStats struct {
+	Entries int       // writes waiting to be replayed
+	Bytes   int64     // their size in the journal
+	Oldest  time.Time // when the oldest waiting write was spooled; zero when none
+	// Totals since the journal was opened.
+	Spooled   int64 // writes spooled
+	Replayed  int64 // writes applied from the journal
+	Conflicts int64 // writes the backend refused on replay (fenced, illegal): dropped
+	Full      int64 // writes refused because the journal was full
+	// Lost counts spooled finishes the store refused on replay: turns
+	// whose clients were told they were whole, kept nowhere. Each is also
+	// a conflict, and logged.
+	Lost int64
+}

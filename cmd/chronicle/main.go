@@ -128,19 +128,19 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // and lets streams in flight finish for up to limits.shutdown_timeout.
 func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs procsChoice) error {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := proxy.OpenStore(octx, cfg)
+	st, err := openStore(octx, cfg)
 	cancel()
 	if err != nil {
 		return err
 	}
-	if spooled, err := proxy.OpenSpool(st, cfg, log); err != nil {
+	if spooled, err := openSpool(st, cfg, log); err != nil {
 		st.Close()
 		return err
 	} else {
 		st = spooled
 	}
 	defer st.Close()
-	gates, rates, closeLimits, err := proxy.OpenLimits(ctx, cfg, log)
+	gates, rates, closeLimits, err := openLimits(ctx, cfg, log)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/chronicle-proxy/chronicle/proxy"
+	"github.com/chronicle-proxy/chronicle/proxy/admin"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/tidwall/gjson"
@@ -54,7 +54,7 @@ func threadsCmd(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	all := fs.Bool("all", false, "ls: follow the cursor to the end")
 	out := fs.String("o", "", "export: write to FILE (a progress bar goes to stderr)")
-	var q proxy.AuditQuery
+	var q admin.AuditQuery
 	var status, since, until string
 	fs.StringVar(&q.Tenant, "tenant", "", "filter: tenant")
 	fs.StringVar(&q.Connection, "connection", "", "filter: connection")
@@ -161,11 +161,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // auditSource is where the threads commands read: a proxy's admin API or
 // the store itself.
 type auditSource interface {
-	List(ctx context.Context, q proxy.AuditQuery) (proxy.AuditPage, error)
+	List(ctx context.Context, q admin.AuditQuery) (admin.AuditPage, error)
 	Thread(ctx context.Context, k store.Key) ([]byte, error)
 	// Export writes JSONL (one thread, or every thread passing q) and
 	// reports each line written.
-	Export(ctx context.Context, q proxy.AuditQuery, k *store.Key, w io.Writer, progress func(int)) (int, error)
+	Export(ctx context.Context, q admin.AuditQuery, k *store.Key, w io.Writer, progress func(int)) (int, error)
 	Delete(ctx context.Context, k store.Key) (int, error)
 }
 
@@ -190,26 +190,26 @@ func openSource(ctx context.Context, base, cfgPath string) (auditSource, func(),
 		}
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		st, err := proxy.OpenStore(octx, cfg)
+		st, err := openStore(octx, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
-		return storeSource{proxy.NewAudit(st)}, func() { st.Close() }, nil
+		return storeSource{admin.NewAudit(st)}, func() { st.Close() }, nil
 	}
 	return nil, nil, errors.New("pass --url http://host:port (a running proxy) or --config FILE (the store directly)")
 }
 
 // storeSource reads the store directly.
-type storeSource struct{ a *proxy.Audit }
+type storeSource struct{ a *admin.Audit }
 
-func (s storeSource) List(ctx context.Context, q proxy.AuditQuery) (proxy.AuditPage, error) {
+func (s storeSource) List(ctx context.Context, q admin.AuditQuery) (admin.AuditPage, error) {
 	return s.a.List(ctx, q)
 }
 func (s storeSource) Thread(ctx context.Context, k store.Key) ([]byte, error) {
 	return s.a.Thread(ctx, k)
 }
 func (s storeSource) Delete(ctx context.Context, k store.Key) (int, error) { return s.a.Delete(ctx, k) }
-func (s storeSource) Export(ctx context.Context, q proxy.AuditQuery, k *store.Key, w io.Writer, progress func(int)) (int, error) {
+func (s storeSource) Export(ctx context.Context, q admin.AuditQuery, k *store.Key, w io.Writer, progress func(int)) (int, error) {
 	if k != nil {
 		if err := s.a.ExportThread(ctx, *k, w); err != nil {
 			return 0, err
@@ -260,7 +260,7 @@ func (h *httpSource) get(ctx context.Context, path string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-func filterValues(q proxy.AuditQuery) url.Values {
+func filterValues(q admin.AuditQuery) url.Values {
 	v := url.Values{}
 	for name, val := range map[string]string{"tenant": q.Tenant, "connection": q.Connection, "model": q.Model, "status": string(q.Status), "q": q.Text, "cursor": q.Cursor} {
 		if val != "" {
@@ -283,8 +283,8 @@ func threadPath(k store.Key) string {
 	return "/admin/threads/" + url.PathEscape(k.Tenant) + "/" + url.PathEscape(k.Thread)
 }
 
-func (h *httpSource) List(ctx context.Context, q proxy.AuditQuery) (proxy.AuditPage, error) {
-	var page proxy.AuditPage
+func (h *httpSource) List(ctx context.Context, q admin.AuditQuery) (admin.AuditPage, error) {
+	var page admin.AuditPage
 	b, err := h.get(ctx, "/admin/threads?"+filterValues(q).Encode())
 	if err == nil {
 		err = json.Unmarshal(b, &page)
@@ -308,7 +308,7 @@ func (h *httpSource) Delete(ctx context.Context, k store.Key) (int, error) {
 
 // Export copies the streamed JSONL line by line, so progress moves as the
 // proxy writes and memory holds one line.
-func (h *httpSource) Export(ctx context.Context, q proxy.AuditQuery, k *store.Key, w io.Writer, progress func(int)) (int, error) {
+func (h *httpSource) Export(ctx context.Context, q admin.AuditQuery, k *store.Key, w io.Writer, progress func(int)) (int, error) {
 	path := "/admin/export?" + filterValues(q).Encode()
 	if k != nil {
 		path = threadPath(*k) + "/export"
@@ -343,8 +343,8 @@ func (h *httpSource) Export(ctx context.Context, q proxy.AuditQuery, k *store.Ke
 	}
 }
 
-func threadsLs(ctx context.Context, src auditSource, q proxy.AuditQuery, all, asJSON bool, w io.Writer) error {
-	var entries []proxy.ThreadEntry
+func threadsLs(ctx context.Context, src auditSource, q admin.AuditQuery, all, asJSON bool, w io.Writer) error {
+	var entries []admin.ThreadEntry
 	var next *string
 	for {
 		page, err := src.List(ctx, q)
@@ -360,11 +360,11 @@ func threadsLs(ctx context.Context, src auditSource, q proxy.AuditQuery, all, as
 	}
 	if asJSON {
 		if entries == nil {
-			entries = []proxy.ThreadEntry{}
+			entries = []admin.ThreadEntry{}
 		}
 		enc := json.NewEncoder(w)
 		enc.SetEscapeHTML(false)
-		return enc.Encode(proxy.AuditPage{Threads: entries, NextCursor: next})
+		return enc.Encode(admin.AuditPage{Threads: entries, NextCursor: next})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UPDATED\tTENANT\tTHREAD\tCONNECTION\tMODEL\tRUNS\tLAST\tIN\tOUT")
@@ -522,7 +522,7 @@ func oneLine(s string) string {
 // counted first when no text filter makes counting as costly as the export
 // itself). When stderr is not a terminal (a log, a pipe) it gets one line
 // at the end instead: no carriage returns.
-func threadsExport(ctx context.Context, src auditSource, q proxy.AuditQuery, k *store.Key, file string, stdout, stderr io.Writer) error {
+func threadsExport(ctx context.Context, src auditSource, q admin.AuditQuery, k *store.Key, file string, stdout, stderr io.Writer) error {
 	w := stdout
 	var bar *progressBar
 	if file != "" && !stderrIsTerminal(stderr) {
@@ -587,7 +587,7 @@ func stderrIsTerminal(w io.Writer) bool {
 
 // countThreads pages through the listing (summaries only) to count what an
 // export will write.
-func countThreads(ctx context.Context, src auditSource, q proxy.AuditQuery) (int, error) {
+func countThreads(ctx context.Context, src auditSource, q admin.AuditQuery) (int, error) {
 	q.Limit, q.Cursor = 500, ""
 	n := 0
 	for {

@@ -54,21 +54,8 @@ type Options struct {
 // ErrFull: the journal is at Options.MaxBytes; the write is kept nowhere.
 var ErrFull = errors.New("spool: journal full")
 
-// Stats describe the journal, for metrics.
-type Stats struct {
-	Entries int       // writes waiting to be replayed
-	Bytes   int64     // their size in the journal
-	Oldest  time.Time // when the oldest waiting write was spooled; zero when none
-	// Totals since Open.
-	Spooled   int64 // writes spooled
-	Replayed  int64 // writes applied from the journal
-	Conflicts int64 // writes the backend refused on replay (fenced, illegal): dropped
-	Full      int64 // writes refused because the journal was full
-	// Lost counts spooled finishes the store refused on replay: turns
-	// whose clients were told they were whole, kept nowhere. Each is also
-	// a conflict, and logged.
-	Lost int64
-}
+// Stats describe the journal, for metrics: a Store is a store.Journal.
+type Stats = store.JournalStats
 
 // Store is a store.Store that spools what its backend cannot take. Safe
 // for concurrent use.
@@ -101,6 +88,7 @@ type Store struct {
 }
 
 var _ store.AsyncSaver = (*Store)(nil)
+var _ store.Journal = (*Store)(nil)
 
 // Open wraps backend with the journal in o.Dir, loading what an earlier
 // process left there (a torn last record is cut off and logged), and

@@ -1,10 +1,9 @@
-package proxy
+package main
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -17,9 +16,12 @@ import (
 	"github.com/chronicle-proxy/chronicle/store/spool"
 )
 
-// OpenStore opens the backend the config names: the embedded file store
+// The concrete backends the binary wires into the proxy: the proxy itself
+// sees only store.Store and the limiter interfaces.
+
+// openStore opens the backend the config names: the embedded file store
 // under store.path, or Redis at store.url.
-func OpenStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
 	switch cfg.Store.Driver {
 	case "redis":
 		st, err := redisstore.Open(ctx, redisstore.Options{URL: cfg.Store.URL.Reveal(), EventRetention: cfg.Store.EventRetention.D()})
@@ -37,10 +39,10 @@ func OpenStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
 	}
 }
 
-// OpenSpool puts the local journal of store.spool in front of st when the
+// openSpool puts the local journal of store.spool in front of st when the
 // config turns it on (see store/spool); otherwise it returns st. Only the
 // serving process opens it: the journal belongs to one replica.
-func OpenSpool(st store.Store, cfg *config.Config, log *slog.Logger) (store.Store, error) {
+func openSpool(st store.Store, cfg *config.Config, log *slog.Logger) (store.Store, error) {
 	sp := cfg.Store.Spool
 	if !sp.On() {
 		return st, nil
@@ -73,35 +75,10 @@ func indexOf(s, sub string) int {
 	return -1
 }
 
-// runSweeper marks runs whose replica died failed (proxy_lost) every third
-// of the lease TTL, until ctx ends.
-func (s *Server) runSweeper(ctx context.Context) {
-	every := s.cfg.Leases.TTL.D() / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sctx, cancel := context.WithTimeout(ctx, s.storeTimeout)
-		refs, err := s.store.Sweep(sctx)
-		cancel()
-		if err != nil {
-			s.log.Warn("sweep failed", "err", err)
-			continue
-		}
-		for _, r := range refs {
-			s.log.Warn("run lost with its replica; marked failed", "thread", r.Key.Thread, "run", r.RunID, "reason", store.ReasonProxyLost)
-		}
-	}
-}
-
-// OpenLimits returns the gates and rate limiter limits.mode asks for: nil
+// openLimits returns the gates and rate limiter limits.mode asks for: nil
 // (in-process ones) for local, or Redis-backed ones shared by every replica
 // using the same Redis store. The returned close function releases them.
-func OpenLimits(ctx context.Context, cfg *config.Config, log *slog.Logger) (limiter.Gates, limiter.RateLimiter, func() error, error) {
+func openLimits(ctx context.Context, cfg *config.Config, log *slog.Logger) (limiter.Gates, limiter.RateLimiter, func() error, error) {
 	if cfg.Limits.Mode != "shared" {
 		return nil, nil, func() error { return nil }, nil
 	}

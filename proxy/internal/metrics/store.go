@@ -1,4 +1,4 @@
-package proxy
+package metrics
 
 import (
 	"context"
@@ -10,24 +10,27 @@ import (
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
 
-// meteredStore times every store operation the proxy makes and counts its
+// Store times every store operation the proxy makes and counts its
 // failures; the backend itself stays unaware of metrics. Its methods take a
 // pointer: a value in the store.Store interface would go through a
 // generated wrapper that copies every argument and result once more, and
 // StartRun's result is large (the stack of the request that waits on it).
-type meteredStore struct {
+type Store struct {
 	store.Store
-	m *serverMetrics
+	m *Metrics
 }
 
-func (s *meteredStore) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
+// Meter wraps st so that its operations are timed and counted on m.
+func (m *Metrics) Meter(st store.Store) *Store { return &Store{Store: st, m: m} }
+
+func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
 	start := time.Now()
 	t, err := s.Store.LoadThread(ctx, k)
 	s.m.observeStore("load_thread", start, err)
 	return t, err
 }
 
-func (s *meteredStore) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
+func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
 	start := time.Now()
 	err := s.Store.SaveTranscript(ctx, l, t)
 	s.m.observeStore("save_transcript", start, err)
@@ -36,7 +39,7 @@ func (s *meteredStore) SaveTranscript(ctx context.Context, l store.Lease, t stor
 
 // SaveTranscriptAsync times an asynchronous save from its call to its
 // outcome; a backend that cannot queue one gets a goroutine that waits.
-func (s *meteredStore) SaveTranscriptAsync(ctx context.Context, l store.Lease, t store.Transcript, done func(error)) {
+func (s *Store) SaveTranscriptAsync(ctx context.Context, l store.Lease, t store.Transcript, done func(error)) {
 	start := time.Now()
 	saveAsync(ctx, s.Store, l, t, func(err error) {
 		s.m.observeStore("save_transcript", start, err)
@@ -44,60 +47,71 @@ func (s *meteredStore) SaveTranscriptAsync(ctx context.Context, l store.Lease, t
 	})
 }
 
-func (s *meteredStore) StartRun(ctx context.Context, r store.StartRun) (*store.Started, error) {
+func (s *Store) StartRun(ctx context.Context, r store.StartRun) (*store.Started, error) {
 	start := time.Now()
 	st, err := s.Store.StartRun(ctx, r)
 	s.m.observeStore("start_run", start, errIgnoring(err, store.ErrLeaseHeld, store.ErrConflict))
 	return st, err
 }
 
-func (s *meteredStore) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (store.Renewal, error) {
+func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (store.Renewal, error) {
 	start := time.Now()
 	r, err := s.Store.Renew(ctx, l, p)
 	s.m.observeStore("renew", start, err)
 	return r, err
 }
 
-func (s *meteredStore) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
+func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
 	start := time.Now()
 	err := s.Store.Finish(ctx, l, f)
 	s.m.observeStore("finish", start, err)
 	return err
 }
 
-func (s *meteredStore) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) error {
+func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) error {
 	start := time.Now()
 	err := s.Store.AppendEvents(ctx, l, first, events)
 	s.m.observeStore("append_events", start, err)
 	return err
 }
 
-func (s *meteredStore) GetRun(ctx context.Context, k store.Key, runID string) (store.Run, error) {
+func (s *Store) GetRun(ctx context.Context, k store.Key, runID string) (store.Run, error) {
 	start := time.Now()
 	r, err := s.Store.GetRun(ctx, k, runID)
 	s.m.observeStore("get_run", start, err)
 	return r, err
 }
 
-func (s *meteredStore) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) {
+func (s *Store) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) {
 	start := time.Now()
 	r, err := s.Store.ListRuns(ctx, k)
 	s.m.observeStore("list_runs", start, err)
 	return r, err
 }
 
-func (s *meteredStore) Sweep(ctx context.Context) ([]store.RunRef, error) {
+func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
 	start := time.Now()
 	r, err := s.Store.Sweep(ctx)
 	s.m.observeStore("sweep", start, err)
 	return r, err
 }
 
-func (s *meteredStore) ListThreads(ctx context.Context, q store.ThreadQuery) (store.ThreadPage, error) {
+func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.ThreadPage, error) {
 	start := time.Now()
 	p, err := s.Store.ListThreads(ctx, q)
 	s.m.observeStore("list_threads", start, err)
 	return p, err
+}
+
+// saveAsync writes t without the caller waiting: queued on st when it is a
+// store.AsyncSaver, else on a goroutine of its own. (The pipeline's
+// saveAsync, in proxy, does the same for the store it is given.)
+func saveAsync(ctx context.Context, st store.Store, l store.Lease, t store.Transcript, done func(error)) {
+	if as, ok := st.(store.AsyncSaver); ok {
+		as.SaveTranscriptAsync(ctx, l, t, done)
+		return
+	}
+	go func() { done(st.SaveTranscript(ctx, l, t)) }()
 }
 
 // errIgnoring drops the errors that are answers, not failures.

@@ -1,4 +1,14 @@
-package proxy
+// Package metrics owns chronicle's Prometheus metrics: every series the
+// proxy exposes on /metrics (names, labels, help texts and buckets), the
+// registry they live on, the handler that serves it, and the store wrapper
+// that times every store call. It reads the server's state (gates, the
+// thread cache, a store's journal) only through the small interfaces it is
+// given at registration, so it imports nothing of the proxy.
+//
+// Recording on the request path allocates nothing once a series exists:
+// each connection's series are resolved once and kept in maps keyed by
+// what the path already holds.
+package metrics
 
 import (
 	"runtime"
@@ -7,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -15,7 +26,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
-// serverMetrics are the proxy's Prometheus metrics, on a registry of the
+// Metrics are the proxy's Prometheus metrics, on a registry of the
 // Server's own. No label carries a thread or tenant id; model labels are
 // capped per connection so a client cannot grow the series without bound.
 //
@@ -26,7 +37,7 @@ import (
 // Counters with known label values (rejection reasons, store operations, run
 // statuses) exist from the start at 0, so a rate() over them is defined
 // before the first event.
-type serverMetrics struct {
+type Metrics struct {
 	reg *prometheus.Registry
 
 	requests     *prometheus.CounterVec   // connection, route, status
@@ -34,13 +45,15 @@ type serverMetrics struct {
 	tokens       *prometheus.CounterVec   // connection, model, kind
 	runsByStatus *prometheus.CounterVec   // status
 	rejections   *prometheus.CounterVec   // connection, reason
-	queueWaitH   *prometheus.HistogramVec // connection
+	// QueueWaitH, EventsTeed and EventLogLag are observed where the
+	// pipeline has the value at hand.
+	QueueWaitH   *prometheus.HistogramVec // connection
 	storeOps     *prometheus.HistogramVec // op
 	storeErrs    *prometheus.CounterVec   // op
 	ttfb         *prometheus.HistogramVec // connection
 	streams      *prometheus.GaugeVec     // connection
-	eventsTeed   prometheus.Counter
-	eventLogLag  prometheus.Histogram
+	EventsTeed   prometheus.Counter
+	EventLogLag  prometheus.Histogram
 	retriesC     prometheus.Counter
 	unpersistedC prometheus.Counter
 	replayedC    prometheus.Counter
@@ -104,8 +117,10 @@ type storeSeries struct {
 	errs prometheus.Counter
 }
 
-func newServerMetrics() *serverMetrics {
-	m := &serverMetrics{reg: prometheus.NewRegistry(), conns: map[string]*connMetrics{}}
+// New makes the metrics on a registry of their own; version is the build's,
+// for chronicle_build_info.
+func New(version string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), conns: map[string]*connMetrics{}}
 	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chronicle_requests_total",
 		Help: "Requests answered, by connection, route (generate, stream, passthrough, api, admin) and status."},
@@ -122,7 +137,7 @@ func newServerMetrics() *serverMetrics {
 		Help: "Runs that ended, by status."}, []string{"status"})
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "chronicle_rejections_total",
 		Help: "Requests the limiters refused, by connection and reason."}, []string{"connection", "reason"})
-	m.queueWaitH = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chronicle_queue_wait_seconds",
+	m.QueueWaitH = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chronicle_queue_wait_seconds",
 		Help: "Time spent waiting for a slot of a connection's gate.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)},
 		[]string{"connection"})
 	m.storeOps = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "chronicle_store_operation_seconds",
@@ -136,9 +151,9 @@ func newServerMetrics() *serverMetrics {
 	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "chronicle_streams_in_flight",
 		Help: "Answers being relayed as they arrive (SSE streams, chunked bodies) on this replica, by connection."},
 		[]string{"connection"})
-	m.eventsTeed = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_stream_events_total",
+	m.EventsTeed = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_stream_events_total",
 		Help: "SSE events relayed to clients and teed to run event logs."})
-	m.eventLogLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "chronicle_event_log_lag_seconds",
+	m.EventLogLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "chronicle_event_log_lag_seconds",
 		Help: "Time from an event batch's first event being relayed to the batch being stored.", Buckets: prometheus.ExponentialBuckets(0.0001, 3, 12)})
 	m.retriesC = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_upstream_retries_total", Help: "Upstream attempts retried after a 429 or 5xx."})
 	m.unpersistedC = prometheus.NewCounter(prometheus.CounterOpts{Name: "chronicle_unpersisted_requests_total",
@@ -147,10 +162,10 @@ func newServerMetrics() *serverMetrics {
 		Help: "Retries (same X-Run-Id) answered from the store."})
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{Name: "chronicle_build_info",
 		Help:        "Always 1; its labels name the build: chronicle's version and the Go version it was built with.",
-		ConstLabels: prometheus.Labels{"version": Version, "goversion": runtime.Version()}})
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()}})
 	buildInfo.Set(1)
-	for _, c := range []prometheus.Collector{m.requests, m.latency, m.tokens, m.runsByStatus, m.rejections, m.queueWaitH,
-		m.storeOps, m.storeErrs, m.ttfb, m.streams, m.eventsTeed, m.eventLogLag, m.retriesC, m.unpersistedC, m.replayedC,
+	for _, c := range []prometheus.Collector{m.requests, m.latency, m.tokens, m.runsByStatus, m.rejections, m.QueueWaitH,
+		m.storeOps, m.storeErrs, m.ttfb, m.streams, m.EventsTeed, m.EventLogLag, m.retriesC, m.unpersistedC, m.replayedC,
 		buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -167,9 +182,9 @@ func newServerMetrics() *serverMetrics {
 	return m
 }
 
-// registerConnections resolves every configured connection's series, so
+// RegisterConnections resolves every configured connection's series, so
 // that they exist (at 0) before the first request.
-func (m *serverMetrics) registerConnections(names []string) {
+func (m *Metrics) RegisterConnections(names []string) {
 	for _, n := range names {
 		m.conn(n)
 	}
@@ -177,7 +192,7 @@ func (m *serverMetrics) registerConnections(names []string) {
 
 // conn returns the connection's resolved series, making them at its first
 // use (names come from the config, so there are few).
-func (m *serverMetrics) conn(name string) *connMetrics {
+func (m *Metrics) conn(name string) *connMetrics {
 	m.connMu.RLock()
 	c := m.conns[name]
 	m.connMu.RUnlock()
@@ -203,7 +218,7 @@ func (m *serverMetrics) conn(name string) *connMetrics {
 	return c
 }
 
-func (m *serverMetrics) newModelSeries(connection, model string) *modelSeries {
+func (m *Metrics) newModelSeries(connection, model string) *modelSeries {
 	var s modelSeries
 	for i, kind := range tokenKinds {
 		s[i] = m.tokens.WithLabelValues(connection, model, kind)
@@ -211,26 +226,37 @@ func (m *serverMetrics) newModelSeries(connection, model string) *modelSeries {
 	return &s
 }
 
-// registerGates exposes each connection's gate (slots in use, queue depth).
-func (m *serverMetrics) registerThreadCache(c *threadCache) {
+// ThreadCache is what the thread-cache series read: the cache's hit and
+// miss counts and the memory it holds.
+type ThreadCache interface {
+	Hits() int64
+	Misses() int64
+	Bytes() int64
+}
+
+// RegisterThreadCache exposes the thread cache's counts and size; nil
+// (no cache) registers nothing.
+func (m *Metrics) RegisterThreadCache(c ThreadCache) {
 	if c == nil {
 		return
 	}
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "chronicle_thread_cache_hits_total",
-		Help: "Run starts whose thread transcript this replica already held (not read from the store)."}, func() float64 { return float64(c.hits.Load()) }))
+		Help: "Run starts whose thread transcript this replica already held (not read from the store)."}, func() float64 { return float64(c.Hits()) }))
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "chronicle_thread_cache_misses_total",
-		Help: "Run starts on a stored thread whose transcript was read from the store."}, func() float64 { return float64(c.misses.Load()) }))
+		Help: "Run starts on a stored thread whose transcript was read from the store."}, func() float64 { return float64(c.Misses()) }))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chronicle_thread_cache_bytes",
-		Help: "Approximate memory held by kept thread transcripts."}, func() float64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return float64(c.size)
-	}))
+		Help: "Approximate memory held by kept thread transcripts."}, func() float64 { return float64(c.Bytes()) }))
 }
 
-func (m *serverMetrics) registerGates(s *Server) {
-	for name, up := range s.conns {
-		gate := up.gate
+// Gate is what the gate series read of a connection's gate.
+type Gate interface {
+	Stats() limiter.GateStats
+}
+
+// RegisterGates exposes each connection's gate (slots in use, queue
+// depth), by connection name.
+func (m *Metrics) RegisterGates(gates map[string]Gate) {
+	for name, gate := range gates {
 		labels := prometheus.Labels{"connection": name}
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "chronicle_gate_slots_in_use",
 			Help: "Gate slots held on this replica.", ConstLabels: labels}, func() float64 { return float64(gate.Stats().InUse) }))
@@ -239,27 +265,33 @@ func (m *serverMetrics) registerGates(s *Server) {
 	}
 }
 
-func (m *serverMetrics) countStoreError() {
+// CountStoreError counts a failed store call in the plain count (the
+// store wrapper's series count it themselves).
+func (m *Metrics) CountStoreError() {
 	m.storeErrors.Add(1)
 }
 
-func (m *serverMetrics) countUnpersisted() {
+// CountUnpersisted counts a request forwarded without persistence
+// (on_store_error: pass).
+func (m *Metrics) CountUnpersisted() {
 	m.unpersisted.Add(1)
 	m.unpersistedC.Inc()
 }
 
-func (m *serverMetrics) countReplayed() {
+// CountReplayed counts a retry answered from the store.
+func (m *Metrics) CountReplayed() {
 	m.replayed.Add(1)
 	m.replayedC.Inc()
 }
 
-func (m *serverMetrics) countRetry() {
+// CountRetry counts an upstream attempt retried after a 429 or 5xx.
+func (m *Metrics) CountRetry() {
 	m.retries.Add(1)
 	m.retriesC.Inc()
 }
 
-// runs counts a finished run by status.
-func (m *serverMetrics) runs(s store.Status) {
+// Runs counts a finished run by status.
+func (m *Metrics) Runs(s store.Status) {
 	if c := m.runCounters[s]; c != nil {
 		c.Inc()
 		return
@@ -267,8 +299,8 @@ func (m *serverMetrics) runs(s store.Status) {
 	m.runsByStatus.WithLabelValues(string(s)).Inc()
 }
 
-// rejected counts a request the limiters turned away, by reason.
-func (m *serverMetrics) rejected(connection, reason string) {
+// Rejected counts a request the limiters turned away, by reason.
+func (m *Metrics) Rejected(connection, reason string) {
 	if c := m.conn(connection).rejections[reason]; c != nil {
 		c.Inc()
 		return
@@ -285,7 +317,7 @@ const (
 
 // modelSeries returns the token counters for model on c: its own while
 // fewer than maxModelLabels models have been seen, else "other".
-func (m *serverMetrics) modelSeries(c *connMetrics, model string) *modelSeries {
+func (m *Metrics) modelSeries(c *connMetrics, model string) *modelSeries {
 	c.modelMu.Lock()
 	s := c.models[model]
 	if s == nil && len(c.models) < maxModelLabels && plausibleModel(model) {
@@ -316,8 +348,8 @@ func plausibleModel(s string) bool {
 	return true
 }
 
-// observeTokens adds a turn's usage.
-func (m *serverMetrics) observeTokens(connection, model string, in, out, cached, reasoning int64) {
+// ObserveTokens adds a turn's usage.
+func (m *Metrics) ObserveTokens(connection, model string, in, out, cached, reasoning int64) {
 	c := m.conn(connection)
 	if c.other == nil { // chronicle's own API reports no usage
 		return
@@ -341,8 +373,8 @@ func statusLabel(code int) string {
 	return s
 }
 
-// observeRequest records one answered request.
-func (m *serverMetrics) observeRequest(connection, route string, status int, d time.Duration) {
+// ObserveRequest records one answered request.
+func (m *Metrics) ObserveRequest(connection, route string, status int, d time.Duration) {
 	c := m.conn(connection)
 	k := reqKey{route: route, status: status}
 	c.reqMu.RLock()
@@ -361,31 +393,31 @@ func (m *serverMetrics) observeRequest(connection, route string, status int, d t
 	s.dur.Observe(d.Seconds())
 }
 
-// observeTTFB records the time an upstream took to send its response head.
+// ObserveTTFB records the time an upstream took to send its response head.
 // It is called with what the forwarding code has at hand: the deadline it
 // gave the attempt, sent + first_byte.
-func (m *serverMetrics) observeTTFB(connection string, firstByte time.Duration, deadline time.Time) {
+func (m *Metrics) ObserveTTFB(connection string, firstByte time.Duration, deadline time.Time) {
 	if c := m.conn(connection); c.ttfb != nil {
 		c.ttfb.Observe((firstByte - time.Until(deadline)).Seconds())
 	}
 }
 
-// streamOpened and streamClosed keep chronicle_streams_in_flight: a relay
+// StreamOpened and StreamClosed keep chronicle_streams_in_flight: a relay
 // of an answer as it arrives begins and ends (relayControl).
-func (m *serverMetrics) streamOpened(connection string) {
+func (m *Metrics) StreamOpened(connection string) {
 	if c := m.conn(connection); c.streams != nil {
 		c.streams.Inc()
 	}
 }
 
-func (m *serverMetrics) streamClosed(connection string) {
+func (m *Metrics) StreamClosed(connection string) {
 	if c := m.conn(connection); c.streams != nil {
 		c.streams.Dec()
 	}
 }
 
 // observeStore records one store operation.
-func (m *serverMetrics) observeStore(op string, start time.Time, err error) {
+func (m *Metrics) observeStore(op string, start time.Time, err error) {
 	s, ok := m.stores[op]
 	if !ok {
 		s = storeSeries{dur: m.storeOps.WithLabelValues(op), errs: m.storeErrs.WithLabelValues(op)}
@@ -397,7 +429,7 @@ func (m *serverMetrics) observeStore(op string, start time.Time, err error) {
 	}
 }
 
-// handler serves the registry in Prometheus text format.
-func (m *serverMetrics) handler() fasthttp.RequestHandler {
+// Handler serves the registry in Prometheus text format.
+func (m *Metrics) Handler() fasthttp.RequestHandler {
 	return fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 }

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"net/http"
@@ -21,14 +21,15 @@ var pprofHandler = fasthttpadaptor.NewFastHTTPHandler(func() http.Handler {
 	return mux
 }())
 
-// servePprof serves profiles when admin.pprof is on, behind the admin token.
-func (s *Server) servePprof(ctx *fasthttp.RequestCtx) {
-	if !s.cfg.Admin.Pprof {
-		apierr.Write(ctx, openAIAdapter, apierr.New(apierr.NotFound,
+// ServePprof serves profiles when admin.pprof is on, behind the admin
+// token.
+func (h *Handler) ServePprof(ctx *fasthttp.RequestCtx) {
+	if !h.pprof {
+		apierr.Write(ctx, h.shape, apierr.New(apierr.NotFound,
 			"Profiling is off (admin.pprof)."))
 		return
 	}
-	if !s.adminAuthorized(ctx) {
+	if !h.authorized(ctx) {
 		return
 	}
 	// A CPU profile runs longer than the server's write timeout allows.
