@@ -3,8 +3,10 @@ package proxy
 import (
 	"crypto/tls"
 	"net"
+	"net/url"
 	"time"
 
+	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/valyala/fasthttp"
 )
 
@@ -119,4 +121,54 @@ func setUpstreamReadDeadline(resp *fasthttp.Response, t time.Time) bool {
 		return false
 	}
 	return a.conn.SetReadDeadline(t) == nil
+}
+
+// newHostClient makes the HTTP client for one upstream. It streams response
+// bodies (nothing buffers a stream) and sets no read timeout: streams have
+// their own first-byte, idle and total clocks.
+func newHostClient(u *url.URL, cfg *config.Config, maxConns int) *fasthttp.HostClient {
+	if maxConns <= 0 {
+		maxConns = 1 << 16
+	}
+	host := u.Host
+	isTLS := u.Scheme == "https"
+	if u.Port() == "" {
+		if isTLS {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	var dialer upstreamDialer
+	if isTLS {
+		dialer.tls = &tls.Config{ServerName: u.Hostname()}
+	}
+	return &fasthttp.HostClient{
+		Addr:                     host,
+		IsTLS:                    isTLS,
+		DialTimeout:              dialer.dial,
+		StreamResponseBody:       true,
+		NoDefaultUserAgentHeader: true,
+		MaxIdleConnDuration:      60 * time.Second,
+		// Every open stream holds one upstream connection; fasthttp's
+		// default cap (512) would refuse the 513th stream outright.
+		MaxConns:           maxConns,
+		MaxConnWaitTimeout: 10 * time.Second,
+		// The read buffer holds the response head, and stays with the
+		// connection while a stream is read through it: one per open
+		// stream. Provider heads are 1–3 KB.
+		ReadBufferSize: cfg.Limits.MaxUpstreamHeaderBytes,
+		// Head and body of a request up to 64 KiB go out in one write
+		// (with the default 4 KiB, a 7 KB body took two). The writer is
+		// pooled and held only while a request is written.
+		WriteBufferSize:     64 << 10,
+		WriteTimeout:        cfg.Limits.WriteTimeout.D(),
+		MaxResponseBodySize: 0,
+		// Keep header case and path bytes exactly as the client sent them.
+		DisablePathNormalizing:        true,
+		DisableHeaderNamesNormalizing: true,
+		// An upstream request is retried only by chronicle's own policy,
+		// never silently (a POST may have spent tokens).
+		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+	}
 }

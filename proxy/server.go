@@ -1,25 +1,27 @@
-// Package proxy owns chronicle's HTTP side: the fasthttp server, routing of
-// /{connection}/... to upstreams, authentication and tenancy, the request
-// pipeline (forwarding, streaming, persistence), the tenant API (/api) and
-// health. The admin API, the audit page and pprof are proxy/admin's; the
-// metrics are proxy/internal/metrics'.
+// Package proxy owns chronicle's HTTP side: the fasthttp server and the
+// routing of /{connection}/... to upstreams (server.go), health and
+// readiness (health.go), the tenant API (/api, api.go) and the request
+// pipeline, one file per stage: auth.go, admit.go, begin.go, compose.go,
+// upstream.go, relay_sse.go and relay.go, finish.go, driven by
+// runPipeline (pipeline.go), with the run's event log, follow feeds and
+// the thread cache beside them. The admin API, the audit page and pprof
+// are proxy/admin's; metrics, errors, the shared JSON documents and the
+// runtime mechanics are proxy/internal's.
 //
-// It never parses provider JSON itself; it asks an adapter. A Server is safe
-// for concurrent use; build one with New and run it with Serve.
+// It never parses provider JSON itself; it asks the request's wire format
+// (an adapters.Adapter). A Server is safe for concurrent use; build one
+// with New and run it with Serve.
 package proxy
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,8 +32,8 @@ import (
 	"github.com/chronicle-proxy/chronicle/proxy/admin"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
-	"github.com/chronicle-proxy/chronicle/proxy/internal/sched"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/metrics"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/sched"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
 )
@@ -295,56 +297,6 @@ func connectionNames(cfg *config.Config) []string {
 	return names
 }
 
-// newHostClient makes the HTTP client for one upstream. It streams response
-// bodies (nothing buffers a stream) and sets no read timeout: streams have
-// their own first-byte, idle and total clocks.
-func newHostClient(u *url.URL, cfg *config.Config, maxConns int) *fasthttp.HostClient {
-	if maxConns <= 0 {
-		maxConns = 1 << 16
-	}
-	host := u.Host
-	isTLS := u.Scheme == "https"
-	if u.Port() == "" {
-		if isTLS {
-			host += ":443"
-		} else {
-			host += ":80"
-		}
-	}
-	var dialer upstreamDialer
-	if isTLS {
-		dialer.tls = &tls.Config{ServerName: u.Hostname()}
-	}
-	return &fasthttp.HostClient{
-		Addr:                     host,
-		IsTLS:                    isTLS,
-		DialTimeout:              dialer.dial,
-		StreamResponseBody:       true,
-		NoDefaultUserAgentHeader: true,
-		MaxIdleConnDuration:      60 * time.Second,
-		// Every open stream holds one upstream connection; fasthttp's
-		// default cap (512) would refuse the 513th stream outright.
-		MaxConns:           maxConns,
-		MaxConnWaitTimeout: 10 * time.Second,
-		// The read buffer holds the response head, and stays with the
-		// connection while a stream is read through it: one per open
-		// stream. Provider heads are 1–3 KB.
-		ReadBufferSize: cfg.Limits.MaxUpstreamHeaderBytes,
-		// Head and body of a request up to 64 KiB go out in one write
-		// (with the default 4 KiB, a 7 KB body took two). The writer is
-		// pooled and held only while a request is written.
-		WriteBufferSize:     64 << 10,
-		WriteTimeout:        cfg.Limits.WriteTimeout.D(),
-		MaxResponseBodySize: 0,
-		// Keep header case and path bytes exactly as the client sent them.
-		DisablePathNormalizing:        true,
-		DisableHeaderNamesNormalizing: true,
-		// An upstream request is retried only by chronicle's own policy,
-		// never silently (a POST may have spent tokens).
-		RetryIfErr: func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
-	}
-}
-
 // Serve accepts connections on ln until Shutdown. With a store it also
 // sweeps runs lost with their replica.
 func (s *Server) Serve(ln net.Listener) error {
@@ -444,112 +396,6 @@ func adapterForPath(path []byte) adapters.Adapter {
 		return geminiAdapter
 	}
 	return openAIAdapter
-}
-
-func (s *Server) serveHealthz(ctx *fasthttp.RequestCtx) {
-	ctx.SetContentType("application/json")
-	ctx.SetBodyString(`{"status":"ok","version":"` + Version + `"}`)
-}
-
-func (s *Server) serveReadyz(ctx *fasthttp.RequestCtx) {
-	ctx.SetContentType("application/json")
-	if s.draining.Load() {
-		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-		ctx.SetBodyString(`{"status":"draining"}`)
-		return
-	}
-	if s.store != nil {
-		if err := s.pingStore(readyTimeout); err != nil {
-			s.log.Warn("readiness check failed", "err", err)
-			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-			ctx.SetBodyString(`{"status":"store_unavailable"}`)
-			return
-		}
-	}
-	if d, _ := s.durability.Load().(string); d != "" {
-		ctx.SetBodyString(`{"status":"ok","durability":` + strconv.Quote(d) + `}`)
-		return
-	}
-	ctx.SetBodyString(`{"status":"ok"}`)
-}
-
-// backend is the store the server was given, without the metering.
-func (s *Server) backend() store.Store {
-	if ms, ok := s.store.(*metrics.Store); ok {
-		return ms.Store
-	}
-	return s.store
-}
-
-// reportDurability reads the store's guarantee for acknowledged turns
-// (store.Durability), logs it and keeps it for /readyz; it tries again
-// every minute, so a change of the Redis settings shows up.
-func (s *Server) reportDurability(ctx context.Context) {
-	d, ok := s.backend().(store.Durability)
-	if !ok {
-		return
-	}
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		c, cancel := context.WithTimeout(ctx, readyTimeout)
-		line, err := d.Durability(c)
-		cancel()
-		if err == nil && line != s.durability.Load() {
-			s.durability.Store(line)
-			s.log.Info("durability of acknowledged turns", "guarantee", line)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// readyTimeout bounds /readyz's store ping.
-const readyTimeout = 2 * time.Second
-
-// errPingTimeout: the store did not answer a readiness ping in time.
-var errPingTimeout = errors.New("proxy: the store did not answer the readiness ping in time")
-
-// storePing is one readiness ping in flight.
-type storePing struct {
-	done chan struct{}
-	err  error
-}
-
-// pingStore pings the store and waits at most timeout for the answer. The
-// wait does not rely on the store honouring the context: a Redis server
-// that hangs (SIGSTOP, a full disk) holds a read until the client's own
-// read timeout, longer than a readiness probe waits. One ping runs at a
-// time; /readyz calls that arrive meanwhile wait for that one, so a hung
-// store costs one goroutine, not one per probe.
-func (s *Server) pingStore(timeout time.Duration) error {
-	s.readyMu.Lock()
-	p := s.readyPing
-	if p == nil {
-		p = &storePing{done: make(chan struct{})}
-		s.readyPing = p
-		go func() {
-			c, cancel := context.WithTimeout(context.Background(), timeout)
-			p.err = s.store.Ping(c)
-			cancel()
-			s.readyMu.Lock()
-			s.readyPing = nil
-			s.readyMu.Unlock()
-			close(p.done)
-		}()
-	}
-	s.readyMu.Unlock()
-	wait := time.NewTimer(timeout)
-	defer wait.Stop()
-	select {
-	case <-p.done:
-		return p.err
-	case <-wait.C:
-		return errPingTimeout
-	}
 }
 
 // handleParseError answers requests fasthttp could not read: too large a
