@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -366,7 +368,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 	}
 	now := s.now()
 	exp := now + sr.TTL.Milliseconds()
-	claimCmd, startCmd, err := s.sendStart(ctx, &sr, now, exp)
+	claimCmd, startCmd, err := s.sendStart(ctx, &sr, now, exp, newAttempt())
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -378,7 +380,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 // the frames below the round trip stay small: the caller's goroutine waits
 // here with its stack at its deepest, and a stack that once grew past 8 KiB
 // stays at 16 for as long as the stream it serves.
-func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int64) (claimCmd, startCmd *redis.Cmd, err error) {
+func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int64, attempt string) (claimCmd, startCmd *redis.Cmd, err error) {
 	k := sr.Key
 	b := s.batch(ctx)
 	if s.cluster {
@@ -386,15 +388,22 @@ func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int6
 		// NX: a retried start leaves the score of a run that exists alone.
 		b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: activeMember(k, sr.RunID)})
 		startCmd = b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
-			s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest)
+			s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest, "", "", attempt)
 	} else {
 		// One node: the script claims the run id and registers the run for
 		// the sweeper itself, and undoes both when it refuses.
 		startCmd = b.script(startScript, []string{s.meta(k), s.tenantRuns(k.Tenant), s.active()}, sr.RunID, sr.Owner, exp, now,
 			sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest,
-			k.Thread, k.Tenant+"/"+k.Thread)
+			k.Thread, k.Tenant+"/"+k.Thread, attempt)
 	}
 	return claimCmd, startCmd, b.exec(s)
+}
+
+// newAttempt names one StartRun call (startScript's attempt).
+func newAttempt() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // started reads StartRun's replies into its result.

@@ -160,8 +160,8 @@ end
 `
 
 // startScript: KEYS meta [, tenant run index, sweeper index]; ARGV run,
-// owner, exp, now, fp, model, retention, load, known digest [, thread,
-// tenant/thread].
+// owner, exp, now, fp, model, retention, load, known digest, thread,
+// tenant/thread (both '' on a cluster), attempt.
 // Returns {'conflict'} | {'exists', runfields, intr, [thread]} |
 // {'held', run, tok, exp, owner} | {'ok', tok, lostrun, prevlast, [thread]}
 // | {'taken'}
@@ -170,6 +170,14 @@ end
 // 'same' or ”, read in the same step as the lease; when the hash blob's
 // SHA-1 is the known digest, messages and blob are left out ({}, ”) and
 // the last value is 'same'.
+//
+// attempt is unique per StartRun call, and kept on the run it creates. The
+// same script sent again with the same arguments (go-redis retries a
+// command whose reply a timeout or a broken connection lost, though the
+// script may have run) finds its own run: while that run still holds the
+// lease it created, the reply is the 'ok' the first run would have given,
+// not 'exists', so the caller drives the run it started instead of
+// following it as someone else's.
 //
 // With the two index keys (a single node, where every key is reachable
 // from one script) it also claims the run id and registers the run for
@@ -210,6 +218,13 @@ local function start()
   local ex = redis.call('HGET', rk, 'fp')
   if ex then
     if ex ~= fp then return {'conflict'} end
+    local own = redis.call('HMGET', rk, 'att', 'st', 'ltok', 'plast')
+    if ARGV[12] ~= '' and own[1] == ARGV[12] and own[2] == 'running' then
+      local l = redis.call('HMGET', meta, 'l_run', 'l_tok')
+      if l[1] == run and l[2] == own[3] then
+        return thread({'ok', own[3], '', own[4] or ''})
+      end
+    end
     local h = redis.call('HGETALL', rk)
     local r = {}
     for j = 1, #h, 2 do
@@ -234,7 +249,7 @@ local function start()
   local tok = string.format('%d', tonumber(m[6] or '0') + 1)
   local n = string.format('%d', tonumber(m[7] or '0') + 1)
   redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
-  redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0)
+  redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0, 'att', ARGV[12], 'plast', prevlast)
   redis.call('ZADD', p .. 'runs', n, run)
   -- Starting a run changes none of the thread's own fields.
   return thread({'ok', tok, lostrun, prevlast}, {m[8], m[9], m[10], m[11], m[12], m[13], m[14]})
