@@ -161,7 +161,7 @@ end
 
 // startScript: KEYS meta [, tenant run index, sweeper index]; ARGV run,
 // owner, exp, now, fp, model, retention, load, known digest, thread,
-// tenant/thread (both '' on a cluster), attempt.
+// tenant/thread (both empty on a cluster), attempt.
 // Returns {'conflict'} | {'exists', runfields, intr, [thread]} |
 // {'held', run, tok, exp, owner} | {'ok', tok, lostrun, prevlast, [thread]}
 // | {'taken'}
