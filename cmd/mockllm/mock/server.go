@@ -95,6 +95,9 @@ type Server struct {
 	closed   bool
 	handlers sync.WaitGroup
 
+	// anth is what the Anthropic flavour remembers across requests.
+	anth *anthropicState
+
 	done chan struct{} // closed by Close: ends every delay and gate
 	// waitHook, when set (tests only), is called as a handler starts to
 	// block on a delay ("delay") or a gate ("gate"); set before serving.
@@ -124,6 +127,7 @@ func start(addr string, opts Options, waitHook func(string)) (*Server, error) {
 		changed:  make(chan struct{}),
 		gates:    map[string]*gate{},
 		done:     make(chan struct{}),
+		anth:     newAnthropicState(),
 		waitHook: waitHook,
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
@@ -188,9 +192,11 @@ func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
 func (s *Server) MaxInFlight() int { return int(s.maxInFlight.Load()) }
 
 // Reset clears the request log and the finished count, sets MaxInFlight to
-// the current InFlight, and forgets released gates (so a name can be used
-// again). Gates with waiting requests stay closed until released.
+// the current InFlight, forgets released gates (so a name can be used
+// again), and empties the Anthropic prompt cache and the memory of emitted
+// thinking blocks. Gates with waiting requests stay closed until released.
 func (s *Server) Reset() {
+	s.anth.reset()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log = nil
