@@ -232,7 +232,7 @@ func ruleAnthropicRoles(r *anthReq) *rejection {
 // captures; the 2026 skill still lists it). Consecutive same-role messages
 // are not an error: the API combines them.
 func ruleAnthropicFirstRole(r *anthReq) *rejection {
-	if r.msgs[0].role != "user" {
+	if len(r.msgs) > 0 && r.msgs[0].role != "user" {
 		return anthInvalid(`messages: first message must use the "user" role`, "anthropic-first-message-role")
 	}
 	return nil
@@ -633,7 +633,8 @@ func ruleAnthropicThinkingModified(r *anthReq) *rejection {
 	return nil
 }
 
-// anthropicRules run in this order; the first four guard the ones after.
+// anthropicRules run in this order (each is safe on its own, as the fuzz
+// target runs them all on any body).
 var anthropicRules = []func(*anthReq) *rejection{
 	ruleAnthropicRequired,
 	ruleAnthropicExtraInputs,
