@@ -560,6 +560,10 @@ func TestAnthropicEndpoints(t *testing.T) {
 	if resp, _ := get(t, s, pathAnthropic); resp.StatusCode != 405 {
 		t.Errorf("GET /v1/messages: %d", resp.StatusCode)
 	}
+	// Claude Code's ?beta=true is the same endpoint.
+	if resp, body := post(t, s, pathAnthropic+"?beta=true", tr); resp.StatusCode != 200 || !bytes.Equal(body, fx(t, "anthropic/thinking.sse")) {
+		t.Errorf("?beta=true: %d", resp.StatusCode)
+	}
 	// Gemini's /v1/models/{model}:generateContent is still Gemini.
 	if resp, _ := post(t, s, "/v1/models/gemini-2.5-flash:generateContent", []byte(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`)); resp.StatusCode != 200 {
 		t.Errorf("gemini path: %d", resp.StatusCode)

@@ -1,10 +1,11 @@
 // Package mock is a deterministic, strict mock LLM upstream for tests,
 // benchmarks and demos. It speaks OpenAI chat completions, DeepSeek, Gemini
-// (native and OpenAI-compatible) and OpenAI Responses on their real paths,
-// replays the provider fixtures of cmd/mockllm/fixtures byte for byte,
-// rejects request histories the real providers reject (with their status and
-// error body), injects faults through X-Mock-* request headers, and records
-// every request.
+// (native and OpenAI-compatible), OpenAI Responses and Anthropic Messages
+// (with verifiable thinking signatures and a prompt-cache simulation) on
+// their real paths, replays the provider fixtures of cmd/mockllm/fixtures
+// byte for byte, rejects request histories the real providers reject (with
+// their status and error body), injects faults through X-Mock-* request
+// headers, and records every request.
 //
 // It deliberately shares no code with adapters/ or repair/: a mock that
 // reused the parsers it tests would hide their bugs.
@@ -42,7 +43,7 @@ type Request struct {
 	Body     []byte
 	// Provider is the fixture folder the request was routed to
 	// ("openai-chat", "deepseek", "gemini", "gemini-openai",
-	// "openai-responses"); "" for unknown paths.
+	// "openai-responses", "anthropic"); "" for unknown paths.
 	Provider string
 	// Scenario is the fixture base name (or "synthetic") that was replayed.
 	Scenario string
