@@ -1,6 +1,7 @@
 // Command mockllm runs the strict mock LLM upstream of package mock as a
 // separate process, for demos and for tests that drive a separate binary.
-// It prints its base URL and stops on SIGINT or SIGTERM.
+// It prints its base URL and stops on SIGINT or SIGTERM. The flavours, knobs
+// and rules are described in cmd/mockllm/README.md.
 package main
 
 import (
@@ -17,6 +18,23 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:9999", "address to listen on")
 	maxRecorded := flag.Int("max-recorded", 10000, "requests kept in the log (0 = all)")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), `usage: mockllm [-listen ADDR] [-max-recorded N]
+
+Strict mock LLM upstream. Provider paths:
+  POST /v1/chat/completions, /chat/completions     OpenAI chat (DeepSeek, Gemini by model)
+  POST /v1beta/openai/chat/completions             Gemini OpenAI-compatible
+  POST /v1beta/models/{model}:generateContent      Gemini native (:streamGenerateContent?alt=sse)
+  POST /v1/responses, /responses                   OpenAI Responses
+  POST /v1/messages, /v1/messages/count_tokens     Anthropic Messages (x-api-key or Bearer, anthropic-version)
+  GET  /v1/models, /v1/models/{id}                 Anthropic models
+Control: GET /_mock/requests, GET /_mock/stats, POST /_mock/reset, POST /_mock/release?gate=NAME
+Knobs: X-Mock-* request headers (see cmd/mockllm/README.md).
+
+Flags:
+`)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 
 	s, err := mock.Start(*listen, mock.Options{MaxRecorded: *maxRecorded})

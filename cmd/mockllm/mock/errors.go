@@ -34,7 +34,11 @@ var (
 	tmplGOAIMissingSig   = template{provGeminiOpenAI, "error.missing-thought-signature", []string{"`default_api:get_weather` , position 2."}}
 	tmplRespNoOutput     = template{provResponses, "error.no-tool-output", []string{"call_XAS6JGzqCNWmO52wVwD9kh8w"}}
 	tmplRespNoCall       = template{provResponses, "error.no-tool-call-for-output", []string{"call_XAS6JGzqCNWmO52wVwD9kh8w"}}
-	allTemplates         = []template{tmplOpenAIUnanswered, tmplOpenAIOrphan, tmplDeepSeekV32, tmplGeminiMissingSig, tmplGOAIMissingSig, tmplRespNoOutput, tmplRespNoCall}
+	tmplAnthUnanswered   = template{provAnthropic, "error.tool-use-without-result", []string{"messages.1:", "immediately after: toolu_016t3H0gpONSuLusGiIbIpCu."}}
+	tmplAnthUnexpected   = template{provAnthropic, "error.tool-result-without-use", []string{"messages.2.content.0:", "blocks: toolu_01TzKb9eUtnJodw30dXxCNFG."}}
+	tmplAnthBadSignature = template{provAnthropic, "error.invalid-thinking-signature", []string{"messages.1.content.0:"}}
+	allTemplates         = []template{tmplOpenAIUnanswered, tmplOpenAIOrphan, tmplDeepSeekV32, tmplGeminiMissingSig, tmplGOAIMissingSig, tmplRespNoOutput, tmplRespNoCall,
+		tmplAnthUnanswered, tmplAnthUnexpected, tmplAnthBadSignature}
 )
 
 // checkTemplates fails the load when a fixture no longer holds a value that a
@@ -152,6 +156,8 @@ func googleRejection(p provider, status int, message, grpc, rule string) *reject
 // 400 API_KEY_INVALID, array-wrapped on its OpenAI-compatible endpoint).
 func authRejection(p provider, missing bool) *rejection {
 	switch p {
+	case provAnthropic:
+		return anthropicAuthRejection(missing, false)
 	case provDeepSeek:
 		return fixtureRejection(p, "error.auth", http.StatusUnauthorized, "auth")
 	case provGemini:
@@ -175,6 +181,9 @@ func authRejection(p provider, missing bool) *rejection {
 func invalidJSONRejection(p provider) *rejection {
 	const rule = "invalid-json"
 	switch p {
+	case provAnthropic:
+		// Composed: the envelope of 6.8, wording not captured.
+		return &rejection{status: 400, rule: rule, body: anthropicErrorBody("invalid_request_error", "The request body is not valid JSON.")}
 	case provOpenAI, provResponses:
 		return &rejection{status: 400, rule: rule, body: openAIErrorBody(
 			"We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)",
@@ -213,6 +222,8 @@ func statusRejection(p provider, status int, bodyName string) (*rejection, error
 		text = "Status " + strconv.Itoa(status)
 	}
 	switch p {
+	case provAnthropic:
+		return anthropicStatusRejection(status), nil
 	case provOpenAI, provResponses:
 		switch status {
 		case 401:

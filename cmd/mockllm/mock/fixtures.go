@@ -21,9 +21,10 @@ const (
 	provGeminiOpenAI provider = "gemini-openai"
 	provGemini       provider = "gemini"
 	provResponses    provider = "openai-responses"
+	provAnthropic    provider = "anthropic"
 )
 
-var allProviders = []provider{provOpenAI, provDeepSeek, provGeminiOpenAI, provGemini, provResponses}
+var allProviders = []provider{provOpenAI, provDeepSeek, provGeminiOpenAI, provGemini, provResponses, provAnthropic}
 
 // scenario is one fixture base name of a provider folder, pre-split so that a
 // reply is a sequence of writes of cached bytes.
@@ -72,6 +73,8 @@ func load() error {
 		loaded = make(map[provider]*providerData)
 		issuedSignatures = make(map[string]bool)
 		issuedResponsesCalls = make(map[string]bool)
+		fixtureThinking = make(map[string]string)
+		fixtureMessages = make(map[string][]thinkRef)
 		for _, p := range allProviders {
 			pd, err := loadProvider(p)
 			if err != nil {
@@ -115,6 +118,9 @@ func loadProvider(p provider) (*providerData, error) {
 			for _, m := range callIDRe.FindAllSubmatch(b, -1) {
 				issuedResponsesCalls[string(m[1])] = true
 			}
+		}
+		if p == provAnthropic && strings.HasSuffix(fn, ".json") {
+			collectAnthropicFixtureThinking(b)
 		}
 		switch {
 		case strings.HasPrefix(fn, "error.") && strings.HasSuffix(fn, ".json"):

@@ -16,6 +16,7 @@ import (
 type knobs struct {
 	scenario   string
 	chunks     int
+	chunksSet  bool // X-Mock-Chunks was given
 	firstByte  time.Duration
 	chunkDelay time.Duration
 	cutAfter   int // -1: off
@@ -24,16 +25,24 @@ type knobs struct {
 	retryAfter string
 	gate       string
 	dsGen      string
+	// Anthropic only (-1: not given).
+	toolCalls   int
+	streamError int
+	cacheMin    int
 }
 
 func parseKnobs(h http.Header) (knobs, error) {
 	k := knobs{
-		scenario:   h.Get("X-Mock-Scenario"),
-		cutAfter:   -1,
-		errorBody:  h.Get("X-Mock-Error-Body"),
-		retryAfter: h.Get("X-Mock-Retry-After"),
-		gate:       h.Get("X-Mock-Gate"),
-		dsGen:      h.Get("X-Mock-DeepSeek-Generation"),
+		scenario:    h.Get("X-Mock-Scenario"),
+		cutAfter:    -1,
+		toolCalls:   -1,
+		streamError: -1,
+		cacheMin:    -1,
+		chunksSet:   h.Get("X-Mock-Chunks") != "",
+		errorBody:   h.Get("X-Mock-Error-Body"),
+		retryAfter:  h.Get("X-Mock-Retry-After"),
+		gate:        h.Get("X-Mock-Gate"),
+		dsGen:       h.Get("X-Mock-DeepSeek-Generation"),
 	}
 	dur := func(name string, dst *time.Duration) error {
 		if v := h.Get(name); v != "" {
@@ -61,6 +70,9 @@ func parseKnobs(h http.Header) (knobs, error) {
 		num("X-Mock-Cut-After", &k.cutAfter),
 		num("X-Mock-Chunks", &k.chunks),
 		num("X-Mock-Status", &k.status),
+		num("X-Mock-Tool-Calls", &k.toolCalls),
+		num("X-Mock-Stream-Error", &k.streamError),
+		num("X-Mock-Cache-Min-Tokens", &k.cacheMin),
 	} {
 		if err != nil {
 			return k, err
@@ -87,9 +99,11 @@ type handling struct {
 	k    knobs
 
 	prov      provider
-	model     string // gemini: from the path
-	canceled  bool   // the client went away first
-	completed bool   // the answer was written in full
+	model     string   // gemini: from the path
+	endpoint  string   // anthropic: anthMessages, anthCountTokens, anthModels, anthModel
+	anth      *anthReq // anthropic: the parsed request
+	canceled  bool     // the client went away first
+	completed bool     // the answer was written in full
 }
 
 // route maps the path (and for chat paths the model) to a provider.
@@ -108,6 +122,9 @@ func route(path string, body []byte) (p provider, model string, stream bool, ok 
 		return provGeminiOpenAI, gjson.GetBytes(body, "model").String(), false, true
 	case "/v1/responses", "/responses":
 		return provResponses, gjson.GetBytes(body, "model").String(), false, true
+	}
+	if anthropicEndpoint(path) != "" {
+		return provAnthropic, gjson.GetBytes(body, "model").String(), false, true
 	}
 	for _, prefix := range []string{"/v1beta/models/", "/v1/models/"} {
 		rest, found := strings.CutPrefix(path, prefix)
@@ -147,8 +164,16 @@ func (h *handling) serve() {
 	}
 	h.prov, h.model = p, model
 	h.s.update(h.e, func(q *Request) { q.Provider = string(p) })
-	if h.r.Method != http.MethodPost {
-		h.mockError(http.StatusMethodNotAllowed, "want POST")
+	method := http.MethodPost
+	if p == provAnthropic {
+		h.endpoint = anthropicEndpoint(h.r.URL.Path)
+		if h.endpoint == anthModels || h.endpoint == anthModel {
+			method = http.MethodGet
+		}
+		h.w.Header().Set("request-id", anthropicID("req_011C", h.r.URL.Path+"\x00"+string(h.body), 20))
+	}
+	if h.r.Method != method {
+		h.mockError(http.StatusMethodNotAllowed, "want "+method)
 		return
 	}
 	k, err := parseKnobs(h.r.Header)
@@ -158,8 +183,19 @@ func (h *handling) serve() {
 	}
 	h.k = k
 
-	key := credential(h.r)
-	if key == "" || key == "invalid" {
+	if p == provAnthropic {
+		if rej := anthropicHeaderRejection(h.r); rej != nil {
+			h.reject(rej)
+			return
+		}
+		if method == http.MethodGet {
+			if h.statusKnob() {
+				return
+			}
+			h.anthropicModels()
+			return
+		}
+	} else if key := credential(h.r); key == "" || key == "invalid" {
 		h.reject(authRejection(p, key == ""))
 		return
 	}
@@ -173,16 +209,31 @@ func (h *handling) serve() {
 		h.reject(rej)
 		return
 	}
-	if k.status != 0 {
-		rej, err := statusRejection(p, k.status, k.errorBody)
-		if err != nil {
-			h.mockError(http.StatusBadRequest, "X-Mock-Error-Body: "+err.Error())
-			return
-		}
-		h.reject(rej)
+	if h.statusKnob() {
 		return
 	}
-	h.reply(geminiStream)
+	switch {
+	case h.endpoint == anthCountTokens:
+		h.anthropicCountTokens()
+	case p == provAnthropic:
+		h.replyAnthropic()
+	default:
+		h.reply(geminiStream)
+	}
+}
+
+// statusKnob answers X-Mock-Status when set; true when it did.
+func (h *handling) statusKnob() bool {
+	if h.k.status == 0 {
+		return false
+	}
+	rej, err := statusRejection(h.prov, h.k.status, h.k.errorBody)
+	if err != nil {
+		h.mockError(http.StatusBadRequest, "X-Mock-Error-Body: "+err.Error())
+		return true
+	}
+	h.reject(rej)
+	return true
 }
 
 // validate runs the provider's strictness rules in order.
@@ -229,6 +280,14 @@ func (h *handling) validate() *rejection {
 		rr := parseResponses(h.body)
 		for _, rule := range responsesRules {
 			if rej := rule(rr); rej != nil {
+				return rej
+			}
+		}
+	case provAnthropic:
+		h.anth = parseAnthropic(h.body, h.r.Header, h.endpoint == anthCountTokens)
+		h.anth.mem = h.s.anth
+		for _, rule := range anthropicRules {
+			if rej := rule(h.anth); rej != nil {
 				return rej
 			}
 		}
@@ -329,6 +388,11 @@ func jsonType(p provider) string {
 // reject answers a rejection (strictness rule, auth, knob).
 func (h *handling) reject(rej *rejection) {
 	h.s.update(h.e, func(q *Request) { q.Rule = rej.rule })
+	if h.prov == provAnthropic {
+		if id := gjson.GetBytes(rej.body, "request_id").String(); id != "" {
+			h.w.Header().Set("request-id", id)
+		}
+	}
 	h.whole(rej.status, jsonType(h.prov), rej.body, rej.rule)
 }
 

@@ -72,25 +72,49 @@ func newReq(t testing.TB, ctx context.Context, s *Server, path string, body []by
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	hasKey := false
+	hasKey, hasVersion := false, false
 	for i := 0; i < len(h); i += 2 {
 		req.Header.Set(h[i], h[i+1])
 		switch http.CanonicalHeaderKey(h[i]) {
 		case "Authorization", "X-Api-Key", "X-Goog-Api-Key", "X-No-Key":
 			hasKey = true
+		case "Anthropic-Version", "X-No-Version":
+			hasVersion = true
 		}
 	}
 	if !hasKey {
 		req.Header.Set("Authorization", "Bearer sk-test")
 	}
+	if !hasVersion && anthropicEndpoint(req.URL.Path) != "" {
+		req.Header.Set("anthropic-version", "2023-06-01")
+	}
 	return req
 }
 
 // post sends a request with a default key (unless h sets a credential
-// header or X-No-Key) and returns the response and its whole body.
+// header or X-No-Key) and, on Anthropic paths, anthropic-version 2023-06-01
+// (unless h sets it or X-No-Version); it returns the response and its whole
+// body.
 func post(t testing.TB, s *Server, path string, body []byte, h ...string) (*http.Response, []byte) {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(newReq(t, context.Background(), s, path, body, h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// get sends a GET with the same default headers as post.
+func get(t testing.TB, s *Server, path string, h ...string) (*http.Response, []byte) {
+	t.Helper()
+	req := newReq(t, context.Background(), s, path, nil, h)
+	req.Method = http.MethodGet
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,8 @@ func streamRequest(p provider, includeUsage bool) (string, []byte) {
 		return pathGOAI, []byte(`{"model":"gemini-3-flash-preview","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	case provGemini:
 		return "/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse", []byte(`{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`)
+	case provAnthropic:
+		return pathAnthropic, []byte(`{"model":"claude-sonnet-4-5-20250929","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	default:
 		return pathResp, []byte(`{"model":"gpt-5.1","stream":true,"input":"hi"}`)
 	}
@@ -180,6 +182,10 @@ func TestSynthetic(t *testing.T) {
 			case provResponses:
 				if !bytes.Contains(got, []byte(`"sequence_number":14,`)) || !bytes.Contains(got, []byte("event: response.completed")) {
 					t.Errorf("responses stream: bad sequence or end:\n%s", got)
+				}
+			case provAnthropic:
+				if bytes.Contains(got, []byte("[DONE]")) || !bytes.HasSuffix(got, []byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")) {
+					t.Errorf("anthropic stream must end after message_stop, without [DONE]:\n%s", got)
 				}
 			default:
 				if !bytes.HasSuffix(got, doneEventBytes) {

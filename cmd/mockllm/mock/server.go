@@ -1,10 +1,11 @@
 // Package mock is a deterministic, strict mock LLM upstream for tests,
 // benchmarks and demos. It speaks OpenAI chat completions, DeepSeek, Gemini
-// (native and OpenAI-compatible) and OpenAI Responses on their real paths,
-// replays the provider fixtures of cmd/mockllm/fixtures byte for byte,
-// rejects request histories the real providers reject (with their status and
-// error body), injects faults through X-Mock-* request headers, and records
-// every request.
+// (native and OpenAI-compatible), OpenAI Responses and Anthropic Messages
+// (with verifiable thinking signatures and a prompt-cache simulation) on
+// their real paths, replays the provider fixtures of cmd/mockllm/fixtures
+// byte for byte, rejects request histories the real providers reject (with
+// their status and error body), injects faults through X-Mock-* request
+// headers, and records every request.
 //
 // It deliberately shares no code with adapters/ or repair/: a mock that
 // reused the parsers it tests would hide their bugs.
@@ -42,7 +43,7 @@ type Request struct {
 	Body     []byte
 	// Provider is the fixture folder the request was routed to
 	// ("openai-chat", "deepseek", "gemini", "gemini-openai",
-	// "openai-responses"); "" for unknown paths.
+	// "openai-responses", "anthropic"); "" for unknown paths.
 	Provider string
 	// Scenario is the fixture base name (or "synthetic") that was replayed.
 	Scenario string
@@ -95,6 +96,9 @@ type Server struct {
 	closed   bool
 	handlers sync.WaitGroup
 
+	// anth is what the Anthropic flavour remembers across requests.
+	anth *anthropicState
+
 	done chan struct{} // closed by Close: ends every delay and gate
 	// waitHook, when set (tests only), is called as a handler starts to
 	// block on a delay ("delay") or a gate ("gate"); set before serving.
@@ -124,6 +128,7 @@ func start(addr string, opts Options, waitHook func(string)) (*Server, error) {
 		changed:  make(chan struct{}),
 		gates:    map[string]*gate{},
 		done:     make(chan struct{}),
+		anth:     newAnthropicState(),
 		waitHook: waitHook,
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
@@ -188,9 +193,11 @@ func (s *Server) InFlight() int { return int(s.inFlight.Load()) }
 func (s *Server) MaxInFlight() int { return int(s.maxInFlight.Load()) }
 
 // Reset clears the request log and the finished count, sets MaxInFlight to
-// the current InFlight, and forgets released gates (so a name can be used
-// again). Gates with waiting requests stay closed until released.
+// the current InFlight, forgets released gates (so a name can be used
+// again), and empties the Anthropic prompt cache and the memory of emitted
+// thinking blocks. Gates with waiting requests stay closed until released.
 func (s *Server) Reset() {
+	s.anth.reset()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log = nil
