@@ -106,7 +106,7 @@ func TestSkimOwnsItsIDs(t *testing.T) {
 	msg := []byte(`{"role":"assistant","tool_calls":[{"id":"call_1"}]}`)
 	s := SkimOpenAIChat(msg)
 	copy(msg, make([]byte, len(msg)))
-	if !s.HasCalls() || s.ids[0] != "call_1" {
+	if !s.HasCalls() || s.parts[0].id != "call_1" {
 		t.Fatalf("skim after the message was overwritten: %+v", s)
 	}
 }
