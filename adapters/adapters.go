@@ -15,9 +15,6 @@ package adapters
 
 import (
 	"errors"
-	"unsafe"
-
-	"github.com/tidwall/gjson"
 )
 
 // Sentinel errors returned (wrapped) by this package.
@@ -300,68 +297,4 @@ func (u Upstream) Bytes() []byte {
 	}
 	out := make([]byte, 0, u.Len())
 	return append(append(append(out, u.Body[:u.At]...), u.Insert...), u.Body[u.At:]...)
-}
-
-// str returns a string that aliases b without copying. The caller must not
-// let it outlive b or modify b while it is in use.
-func str(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(unsafe.SliceData(b), len(b))
-}
-
-// bytesOf returns bytes that alias s without copying; the caller must not
-// modify them.
-func bytesOf(s string) []byte {
-	return unsafe.Slice(unsafe.StringData(s), len(s))
-}
-
-// get is gjson.GetBytes without the copy gjson makes: the result's Raw
-// aliases body.
-func get(body []byte, path string) gjson.Result {
-	return gjson.Get(str(body), path)
-}
-
-// rawSlice returns the bytes of r as a slice of body (no copy) when r
-// indexes body, else a copy of r.Raw; nil when r does not exist.
-func rawSlice(body []byte, r gjson.Result) []byte {
-	if !r.Exists() {
-		return nil
-	}
-	if r.Index > 0 || (len(body) >= len(r.Raw) && str(body[:len(r.Raw)]) == r.Raw) {
-		return body[r.Index : r.Index+len(r.Raw)]
-	}
-	return []byte(r.Raw)
-}
-
-// unquoteRaw returns the content of a raw JSON string literal without its
-// quotes, still escaped.
-func unquoteRaw(raw string) string {
-	if len(raw) >= 2 && raw[0] == '"' {
-		return raw[1 : len(raw)-1]
-	}
-	return ""
-}
-
-// knownRole returns a constant for common roles so walking messages does not
-// allocate a string per message.
-func knownRole(r gjson.Result) string {
-	switch r.Raw {
-	case `"user"`:
-		return "user"
-	case `"assistant"`:
-		return "assistant"
-	case `"system"`:
-		return "system"
-	case `"developer"`:
-		return "developer"
-	case `"tool"`:
-		return "tool"
-	case `"model"`:
-		return "model"
-	case `"function"`:
-		return "function"
-	}
-	return r.String()
 }

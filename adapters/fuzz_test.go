@@ -75,40 +75,6 @@ func FuzzGeminiAssembler(f *testing.F) {
 	)
 }
 
-// FuzzRawScanner checks the hot-path scanner agrees with gjson on valid
-// objects and never panics on anything.
-func FuzzRawScanner(f *testing.F) {
-	f.Add(`{"a": "x\"y", "b" :[1,{"c":null}], "d":true ,"e":-1.5e3}`)
-	f.Add(`[1, "2", [3], {"4":4}]`)
-	f.Add(`{"a":`)
-	f.Fuzz(func(t *testing.T, s string) {
-		var keys, vals []string
-		eachMember(s, func(k, v string) bool {
-			keys, vals = append(keys, k), append(vals, v)
-			return true
-		})
-		eachElement(s, func(string) bool { return true })
-		if !gjson.Valid(s) {
-			return
-		}
-		r := gjson.Parse(s)
-		if !r.IsObject() {
-			return
-		}
-		i := 0
-		r.ForEach(func(k, v gjson.Result) bool {
-			if i >= len(keys) || keys[i] != k.Raw || vals[i] != v.Raw {
-				t.Fatalf("member %d: scanner %q=%q, gjson %q=%q", i, keys, vals, k.Raw, v.Raw)
-			}
-			i++
-			return true
-		})
-		if i != len(keys) {
-			t.Fatalf("scanner saw %d members, gjson %d", len(keys), i)
-		}
-	})
-}
-
 func FuzzArrayReader(f *testing.F) {
 	f.Add([]byte("[{\"a\": [1, \"]\"]}\r\n,\r\n{\"b\": \"\\\"\"}\n]\n"), uint8(3))
 	f.Add([]byte("[]"), uint8(1))
@@ -159,22 +125,6 @@ func FuzzOpenAIParseResponse(f *testing.F) {
 		if !bytes.Equal(fast.Message, slow.Message) || fast.Usage != slow.Usage || fast.FinishRaw != slow.FinishRaw ||
 			fast.Finish != slow.Finish || fast.Terminal != slow.Terminal || len(fast.ToolCalls) != len(slow.ToolCalls) || fast.Error != nil {
 			t.Fatalf("%s:\nfast %+v\nslow %+v", body, fast, slow)
-		}
-	})
-}
-
-// FuzzCompactJSON checks compactJSON against encoding/json's Compact on
-// valid JSON.
-func FuzzCompactJSON(f *testing.F) {
-	f.Add(fixture(f, "openai-chat/text.json"))
-	f.Add([]byte(" { \"a\" : [ 1 , \"b \\\" c\" , { } ] ,\n\t\"d\":null } "))
-	f.Fuzz(func(t *testing.T, src []byte) {
-		var want bytes.Buffer
-		if json.Compact(&want, src) != nil {
-			return
-		}
-		if got := compactJSON(nil, src); !bytes.Equal(got, want.Bytes()) {
-			t.Fatalf("compactJSON(%q) = %q, want %q", src, got, want.Bytes())
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // Gemini is the adapter for the Gemini native API (generateContent,
@@ -66,27 +67,27 @@ func (g *Gemini) Messages(body []byte) ([]byte, bool) {
 
 // MessagesKnown implements Adapter.
 func (g *Gemini) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
-	return arrayAt(body, "contents", known)
+	return KnownArray(body, "contents", known)
 }
 
 // SetMessages implements Adapter.
 func (g *Gemini) SetMessages(body, messages []byte) ([]byte, error) {
-	return setRaw(body, "contents", messages)
+	return SetRaw(body, "contents", messages)
 }
 
 // System implements Adapter: the raw systemInstruction, nil when absent.
 func (g *Gemini) System(body []byte) []byte {
-	r := get(body, "systemInstruction")
+	r := rawjson.Get(body, "systemInstruction")
 	if !r.Exists() || r.Type == gjson.Null {
 		return nil
 	}
-	return rawSlice(body, r)
+	return rawjson.RawSlice(body, r)
 }
 
 // SetSystem implements Adapter; nil deletes systemInstruction.
 func (g *Gemini) SetSystem(body, system []byte) ([]byte, error) {
 	if system == nil {
-		if !get(body, "systemInstruction").Exists() {
+		if !rawjson.Get(body, "systemInstruction").Exists() {
 			return body, nil
 		}
 		out, err := sjson.DeleteBytes(body, "systemInstruction")
@@ -95,51 +96,51 @@ func (g *Gemini) SetSystem(body, system []byte) ([]byte, error) {
 		}
 		return out, nil
 	}
-	return setRaw(body, "systemInstruction", system)
+	return SetRaw(body, "systemInstruction", system)
 }
 
 // WalkMessages implements Adapter. Calls are functionCall parts, results
 // functionResponse parts; IDs are functionCall.id / functionResponse.id
 // where the client sent them, else "".
 func (g *Gemini) WalkMessages(messages []byte, fn func(Message) bool) error {
-	return walkElements(messages, "contents", geminiElement, fn)
+	return WalkElements(messages, "contents", geminiElement, fn)
 }
 
 // geminiElement reads one content for WalkMessages.
 //
 //go:noinline
 func geminiElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
-	content := str(raw)
+	content := rawjson.Str(raw)
 	empty := true
-	parts, _ := memberOf(content, "parts")
-	each := eachElement
-	if isObject(parts) {
+	parts, _ := rawjson.Member(content, "parts")
+	each := rawjson.EachElement
+	if rawjson.IsObject(parts) {
 		// Read as gjson's ForEach reads it (the walk before session 11):
 		// an object's members as an array's elements.
 		each = func(obj string, fn func(string) bool) {
-			eachMember(obj, func(_, v string) bool { return fn(v) })
+			rawjson.EachMember(obj, func(_, v string) bool { return fn(v) })
 		}
 	}
 	each(parts, func(p string) bool {
-		if fc, _ := memberOf(p, "functionCall"); isObject(fc) {
-			id, _ := memberOf(fc, "id")
-			name, _ := memberOf(fc, "name")
-			calls = append(calls, ToolCall{ID: jsonString(id), Name: jsonString(name)})
+		if fc, _ := rawjson.Member(p, "functionCall"); rawjson.IsObject(fc) {
+			id, _ := rawjson.Member(fc, "id")
+			name, _ := rawjson.Member(fc, "name")
+			calls = append(calls, ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
 		}
-		if fr, _ := memberOf(p, "functionResponse"); isObject(fr) {
-			id, _ := memberOf(fr, "id")
-			name, _ := memberOf(fr, "name")
-			results = append(results, ToolResult{CallID: jsonString(id), Name: jsonString(name)})
+		if fr, _ := rawjson.Member(p, "functionResponse"); rawjson.IsObject(fr) {
+			id, _ := rawjson.Member(fr, "id")
+			name, _ := rawjson.Member(fr, "name")
+			results = append(results, ToolResult{CallID: rawjson.String(id), Name: rawjson.String(name)})
 		}
-		if t, _ := memberOf(p, "text"); isString(t) && t != `""` {
-			if thought, _ := memberOf(p, "thought"); !jsonBool(thought) {
+		if t, _ := rawjson.Member(p, "text"); rawjson.IsString(t) && t != `""` {
+			if thought, _ := rawjson.Member(p, "thought"); !jsonBool(thought) {
 				empty = false
 			}
 		}
 		return true
 	})
-	role, _ := memberOf(content, "role")
-	return Message{Index: i, Raw: raw, Role: knownRole(gjson.Parse(role)), Calls: calls, Results: results, EmptyText: empty}
+	role, _ := rawjson.Member(content, "role")
+	return Message{Index: i, Raw: raw, Role: rawjson.Role(gjson.Parse(role)), Calls: calls, Results: results, EmptyText: empty}
 }
 
 // jsonBool is gjson's Bool of one raw JSON value.
@@ -208,11 +209,11 @@ func (g *Gemini) ErrorBody(status int, code, message string) []byte {
 	b = append(b, `{"error":{"code":`...)
 	b = fmt.Appendf(b, "%d", status)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, message)
+	b = rawjson.AppendString(b, message)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, GoogleStatus(status))
+	b = rawjson.AppendString(b, GoogleStatus(status))
 	b = append(b, `,"details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":`...)
-	b = appendJSONString(b, strings.ToUpper(code))
+	b = rawjson.AppendString(b, strings.ToUpper(code))
 	b = append(b, `,"domain":"chronicle"}]}}`...)
 	return b
 }
@@ -232,7 +233,7 @@ func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
 	if !jsonscan.Valid(body) {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
 	}
-	root := gjson.Parse(str(body))
+	root := gjson.Parse(rawjson.Str(body))
 	if root.IsArray() { // an error body wrapped in an array, or a buffered stream
 		a := g.NewAssembler()
 		var err error
@@ -251,11 +252,11 @@ func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
 	content := cand.Get("content")
 	if content.IsObject() {
 		// The body is valid JSON (checked above), so content is too.
-		t.Message = compactJSON(make([]byte, 0, len(content.Raw)), bytesOf(content.Raw))
-		if !get(t.Message, "role").Exists() {
+		t.Message = rawjson.Compact(make([]byte, 0, len(content.Raw)), rawjson.BytesOf(content.Raw))
+		if !rawjson.Get(t.Message, "role").Exists() {
 			t.Message, _ = sjson.SetBytes(t.Message, "role", "model")
 		}
-		if !get(t.Message, "parts").Exists() {
+		if !rawjson.Get(t.Message, "parts").Exists() {
 			t.Message, _ = sjson.SetRawBytes(t.Message, "parts", []byte("[]"))
 		}
 	} else {

@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // NewAssembler implements Adapter.
@@ -56,27 +57,27 @@ func (s *geminiAssembler) Feed(data []byte) error {
 	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
 		return fmt.Errorf("gemini chunk: %w", ErrInvalidJSON)
 	}
-	eachMember(str(data), func(k, v string) bool {
+	rawjson.EachMember(rawjson.Str(data), func(k, v string) bool {
 		switch k {
 		case `"candidates"`:
-			eachElement(v, func(c string) bool {
-				if idx := member(c, `"index"`); idx != "" && idx != "0" {
+			rawjson.EachElement(v, func(c string) bool {
+				if idx := rawjson.MemberRaw(c, `"index"`); idx != "" && idx != "0" {
 					return true
 				}
 				s.candidate(c)
 				return false
 			})
 		case `"usageMetadata"`:
-			if isObject(v) {
+			if rawjson.IsObject(v) {
 				s.usage = geminiUsage(gjson.Parse(v))
 			}
 		case `"promptFeedback"`:
-			if br := member(v, `"blockReason"`); isString(br) && br != `""` {
+			if br := rawjson.MemberRaw(v, `"blockReason"`); rawjson.IsString(br) && br != `""` {
 				s.blocked = true
-				s.finishRaw = append(s.finishRaw[:0], unquoteRaw(br)...)
+				s.finishRaw = append(s.finishRaw[:0], rawjson.Unquote(br)...)
 			}
 		case `"error"`:
-			if !isNull(v) {
+			if !rawjson.IsNull(v) {
 				s.errRaw = append(s.errRaw[:0], v...)
 			}
 		}
@@ -86,16 +87,16 @@ func (s *geminiAssembler) Feed(data []byte) error {
 }
 
 func (s *geminiAssembler) candidate(c string) {
-	eachMember(c, func(k, v string) bool {
+	rawjson.EachMember(c, func(k, v string) bool {
 		switch k {
 		case `"content"`:
-			eachElement(member(v, `"parts"`), func(p string) bool {
+			rawjson.EachElement(rawjson.MemberRaw(v, `"parts"`), func(p string) bool {
 				s.part(p)
 				return true
 			})
 		case `"finishReason"`:
-			if isString(v) && v != `""` {
-				s.finishRaw = append(s.finishRaw[:0], unquoteRaw(v)...)
+			if rawjson.IsString(v) && v != `""` {
+				s.finishRaw = append(s.finishRaw[:0], rawjson.Unquote(v)...)
 			}
 		}
 		return true
@@ -105,7 +106,7 @@ func (s *geminiAssembler) candidate(c string) {
 func (s *geminiAssembler) part(p string) {
 	var text, sig string
 	thought, simple := false, true
-	eachMember(p, func(k, v string) bool {
+	rawjson.EachMember(p, func(k, v string) bool {
 		switch k {
 		case `"text"`:
 			text = v
@@ -121,12 +122,12 @@ func (s *geminiAssembler) part(p string) {
 		}
 		return simple
 	})
-	if simple && isString(text) {
-		sigSet := isString(sig) && sig != `""`
+	if simple && rawjson.IsString(text) {
+		sigSet := rawjson.IsString(sig) && sig != `""`
 		if s.nparts > 0 {
 			last := &s.parts[s.nparts-1]
 			if last.text && last.thought == thought && len(last.sig) == 0 {
-				last.body = append(last.body, unquoteRaw(text)...)
+				last.body = append(last.body, rawjson.Unquote(text)...)
 				if sigSet {
 					last.sig = append(last.sig, sig...)
 				}
@@ -138,13 +139,13 @@ func (s *geminiAssembler) part(p string) {
 		}
 		np := s.newPart()
 		np.text, np.thought = true, thought
-		np.body = append(np.body, unquoteRaw(text)...)
+		np.body = append(np.body, rawjson.Unquote(text)...)
 		if sigSet {
 			np.sig = append(np.sig, sig...)
 		}
 		return
 	}
-	if member(p, `"functionCall"`) != "" {
+	if rawjson.MemberRaw(p, `"functionCall"`) != "" {
 		s.calls++
 	}
 	np := s.newPart()
@@ -178,13 +179,13 @@ func (s *geminiAssembler) Result() Turn {
 		}
 		if !p.text {
 			m = append(m, p.body...)
-			if fc := get(p.body, "functionCall"); fc.IsObject() {
+			if fc := rawjson.Get(p.body, "functionCall"); fc.IsObject() {
 				t.ToolCalls = append(t.ToolCalls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
 			}
 			continue
 		}
 		m = append(m, `{"text":`...)
-		m = appendQuoted(m, p.body)
+		m = rawjson.AppendQuoted(m, p.body)
 		if p.thought {
 			m = append(m, `,"thought":true`...)
 		}

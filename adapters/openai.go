@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // ReasoningPolicy says on which assistant messages a provider wants
@@ -112,17 +112,17 @@ func (a *OpenAIChat) Format() Format { return FormatOpenAIChat }
 // Classify implements Adapter: POST …/chat/completions is a turn (streaming
 // when the body says "stream": true); anything else passes through.
 func (a *OpenAIChat) Classify(method, path, query string, body []byte) Op {
-	return classifyPost(method, path, "/chat/completions", body)
+	return ClassifyPost(method, path, "/chat/completions", body)
 }
 
-// classifyPost is Classify for the OpenAI formats: a POST to a path ending
+// ClassifyPost is Classify for the OpenAI formats: a POST to a path ending
 // in suffix is a turn, streaming when the body says "stream": true;
 // anything else passes through.
-func classifyPost(method, path, suffix string, body []byte) Op {
+func ClassifyPost(method, path, suffix string, body []byte) Op {
 	if method != "POST" || !strings.HasSuffix(strings.TrimRight(path, "/"), suffix) {
 		return Op{Kind: OpPassThrough}
 	}
-	model, stream := modelAndStream(body)
+	model, stream := rawjson.ModelAndStream(body)
 	op := Op{Kind: OpGenerate, Model: model}
 	if stream {
 		op.Stream, op.Framing = true, FramingSSE
@@ -138,12 +138,12 @@ func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) {
 
 // MessagesKnown implements Adapter.
 func (a *OpenAIChat) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
-	return arrayAt(body, "messages", known)
+	return KnownArray(body, "messages", known)
 }
 
 // SetMessages implements Adapter.
 func (a *OpenAIChat) SetMessages(body, messages []byte) ([]byte, error) {
-	return setRaw(body, "messages", messages)
+	return SetRaw(body, "messages", messages)
 }
 
 // System implements Adapter; OpenAI system prompts are messages.
@@ -152,7 +152,7 @@ func (a *OpenAIChat) System(body []byte) []byte { return nil }
 // SetSystem implements Adapter as a no-op.
 func (a *OpenAIChat) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
 
-func setRaw(body []byte, path string, value []byte) ([]byte, error) {
+func SetRaw(body []byte, path string, value []byte) ([]byte, error) {
 	if !jsonscan.Valid(value) {
 		return nil, fmt.Errorf("set %s: %w", path, ErrInvalidJSON)
 	}
@@ -167,7 +167,7 @@ func setRaw(body []byte, path string, value []byte) ([]byte, error) {
 // legacy function_call), results from role "tool" (tool_call_id) and role
 // "function" (name).
 func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error {
-	return walkElements(messages, "messages", openAIElement, fn)
+	return WalkElements(messages, "messages", openAIElement, fn)
 }
 
 // openAIElement reads one message for WalkMessages. Its frame is gone
@@ -178,12 +178,12 @@ func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error 
 //go:noinline
 func openAIElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
 	var fields openAIFields
-	if f, ok := memberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name"); ok {
-		fields = openAIFields{role: str(f[0]), toolCalls: str(f[1]), functionCall: str(f[2]),
-			content: str(f[3]), toolCallID: str(f[4]), name: str(f[5])}
+	if f, ok := rawjson.MemberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name"); ok {
+		fields = openAIFields{role: rawjson.Str(f[0]), toolCalls: rawjson.Str(f[1]), functionCall: rawjson.Str(f[2]),
+			content: rawjson.Str(f[3]), toolCallID: rawjson.Str(f[4]), name: rawjson.Str(f[5])}
 	} else {
 		// Not a plain object: read this one through gjson.
-		fields = openAIFieldsOf(gjson.Parse(str(raw)))
+		fields = openAIFieldsOf(gjson.Parse(rawjson.Str(raw)))
 	}
 	return openAIMessage(&fields, raw, i, calls, results)
 }
@@ -204,7 +204,7 @@ func openAIFieldsOf(m gjson.Result) openAIFields {
 // openAIMessage is one message read from its fields; calls and results
 // are reused for its lists.
 func openAIMessage(f *openAIFields, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
-	role := knownRole(gjson.Parse(f.role))
+	role := rawjson.Role(gjson.Parse(f.role))
 	if f.toolCalls != "" {
 		calls = appendOpenAICalls(calls, f.toolCalls)
 	}
@@ -231,55 +231,14 @@ func openAIMessage(f *openAIFields, raw []byte, i int, calls []ToolCall, results
 // raw JSON: gjson's ForEach and Get took 2 KiB of stack here, on the path
 // of a stream's finish (see openAIUsage).
 func appendOpenAICalls(calls []ToolCall, toolCalls string) []ToolCall {
-	eachElement(toolCalls, func(c string) bool {
-		id, _ := memberOf(c, "id")
-		fn, _ := memberOf(c, "function")
-		name, _ := memberOf(fn, "name")
-		calls = append(calls, ToolCall{ID: jsonString(id), Name: jsonString(name)})
+	rawjson.EachElement(toolCalls, func(c string) bool {
+		id, _ := rawjson.Member(c, "id")
+		fn, _ := rawjson.Member(c, "function")
+		name, _ := rawjson.Member(fn, "name")
+		calls = append(calls, ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
 		return true
 	})
 	return calls
-}
-
-// jsonString is gjson's String of one raw JSON value ("" for none).
-func jsonString(v string) string {
-	if len(v) >= 2 && v[0] == '"' && strings.IndexByte(v, '\\') < 0 {
-		return v[1 : len(v)-1]
-	}
-	return gjson.Parse(v).String()
-}
-
-// arrayElements appends the [start, end) offsets of each element of the
-// JSON array arr to spans, with the vectorised skip; ok is false when arr
-// is not an array it can read.
-func arrayElements(arr []byte, spans [][2]int) ([][2]int, bool) {
-	i := skipSpace(arr, 0)
-	if i >= len(arr) || arr[i] != '[' {
-		return nil, false
-	}
-	i = skipSpace(arr, i+1)
-	if i < len(arr) && arr[i] == ']' {
-		return spans, skipSpace(arr, i+1) == len(arr)
-	}
-	for {
-		end, ok := skipValue(arr, i)
-		if !ok || end <= i {
-			return nil, false
-		}
-		spans = append(spans, [2]int{i, end})
-		i = skipSpace(arr, end)
-		if i >= len(arr) {
-			return nil, false
-		}
-		switch arr[i] {
-		case ']':
-			return spans, skipSpace(arr, i+1) == len(arr)
-		case ',':
-			i = skipSpace(arr, i+1)
-		default:
-			return nil, false
-		}
-	}
 }
 
 // openAIEmptyText reports whether a content value holds no non-empty text.
@@ -310,14 +269,14 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	sessionID, stream := p.SessionID, p.Stream
 	// The common case: every member to add is plainly absent, and one
 	// copy into p.Buf adds them all (with p.Splice, no copy).
-	var add [2]newMember
+	var add [2]rawjson.Pair
 	n := 0
 	if a.d.SessionField != "" && sessionID != "" {
-		add[n] = newMember{a.d.SessionField, plainJSONString(sessionID)}
+		add[n] = rawjson.Pair{Key: a.d.SessionField, Value: rawjson.PlainString(sessionID)}
 		n++
 	}
 	if stream && a.d.InjectUsage {
-		add[n] = newMember{"stream_options", includeUsage}
+		add[n] = rawjson.Pair{Key: "stream_options", Value: includeUsage}
 		n++
 	}
 	if n > 0 {
@@ -325,9 +284,9 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		var ok bool
 		if p.Splice {
 			up.Body = body
-			up.Insert, up.At, ok = spliceAbsentKeys(body, p.Messages, add[:n]...)
+			up.Insert, up.At, ok = rawjson.SpliceAbsentKeys(body, p.Messages, add[:n]...)
 		} else {
-			up.Body, ok = insertAbsentKeys(p.Buf, body, p.Messages, add[:n]...)
+			up.Body, ok = rawjson.InsertAbsentKeys(p.Buf, body, p.Messages, add[:n]...)
 		}
 		if ok {
 			up.AddedUsage = stream && a.d.InjectUsage
@@ -344,9 +303,9 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	up := Upstream{Body: body}
 	var err error
 	if a.d.SessionField != "" && sessionID != "" {
-		if out, ok := insertAbsentKey(up.Body, p.Messages, a.d.SessionField, plainJSONString(sessionID)); ok {
+		if out, ok := rawjson.InsertAbsentKey(up.Body, p.Messages, a.d.SessionField, rawjson.PlainString(sessionID)); ok {
 			up.Body, up.SessionID = out, sessionID
-		} else if cur := get(body, a.d.SessionField); cur.Exists() && cur.String() != "" {
+		} else if cur := rawjson.Get(body, a.d.SessionField); cur.Exists() && cur.String() != "" {
 			up.SessionID = cur.String()
 		} else {
 			if up.Body, err = sjson.SetBytes(up.Body, a.d.SessionField, sessionID); err != nil {
@@ -370,12 +329,12 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		if len(up.Body) != len(body) {
 			skip = nil
 		}
-		if out, ok := insertAbsentKey(up.Body, skip, "stream_options", includeUsage); ok {
+		if out, ok := rawjson.InsertAbsentKey(up.Body, skip, "stream_options", includeUsage); ok {
 			up.Body, up.AddedUsage = out, true
 			return up, nil
 		}
 	}
-	if stream && a.d.InjectUsage && !get(body, "stream_options.include_usage").Bool() {
+	if stream && a.d.InjectUsage && !rawjson.Get(body, "stream_options.include_usage").Bool() {
 		if up.Body, err = sjson.SetBytes(up.Body, "stream_options.include_usage", true); err != nil {
 			return Upstream{}, fmt.Errorf("set include_usage: %w", err)
 		}
@@ -400,7 +359,7 @@ var (
 func (a *OpenAIChat) StripAddedUsage(event []byte) ([]byte, bool) {
 	if bytes.Contains(event, emptyList) {
 		data := eventData(event)
-		if u := get(data, "usage"); u.IsObject() && get(data, "choices.#").Int() == 0 {
+		if u := rawjson.Get(data, "usage"); u.IsObject() && rawjson.Get(data, "choices.#").Int() == 0 {
 			return event, true
 		}
 	}
@@ -475,11 +434,11 @@ func (a *OpenAIChat) ErrorBody(status int, code, message string) []byte {
 	}
 	b := make([]byte, 0, 96+len(message)+len(code))
 	b = append(b, `{"error":{"message":`...)
-	b = appendJSONString(b, message)
+	b = rawjson.AppendString(b, message)
 	b = append(b, `,"type":`...)
-	b = appendJSONString(b, typ)
+	b = rawjson.AppendString(b, typ)
 	b = append(b, `,"param":null,"code":`...)
-	b = appendJSONString(b, code)
+	b = rawjson.AppendString(b, code)
 	b = append(b, "}}"...)
 	return b
 }
@@ -489,11 +448,6 @@ func (a *OpenAIChat) ErrorBody(status int, code, message string) []byte {
 func (a *OpenAIChat) StreamErrorEvent(status int, code, message string) []byte {
 	b := append([]byte("data: "), a.ErrorBody(status, code, message)...)
 	return append(b, "\n\n"...)
-}
-
-func appendJSONString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s) // a string always marshals
-	return append(b, q...)
 }
 
 // ParseResponse implements Adapter for a non-stream chat completion. The
@@ -512,38 +466,38 @@ func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
 
 // parseOpenAIResponse is ParseResponse through gjson, for any valid body.
 func parseOpenAIResponse(body []byte) (Turn, error) {
-	if e := get(body, "error"); e.Exists() && e.Type != gjson.Null {
+	if e := rawjson.Get(body, "error"); e.Exists() && e.Type != gjson.Null {
 		return Turn{Finish: FinishError, Terminal: true, Error: append([]byte(nil), e.Raw...)}, nil
 	}
-	choice := get(body, "choices.0")
+	choice := rawjson.Get(body, "choices.0")
 	msgR := choice.Get("message")
 	if !msgR.IsObject() {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
 	}
 	// The body is valid JSON (checked above), so the message is too.
-	msg := compactJSON(make([]byte, 0, len(msgR.Raw)), bytesOf(msgR.Raw))
+	msg := rawjson.Compact(make([]byte, 0, len(msgR.Raw)), rawjson.BytesOf(msgR.Raw))
 	var err error
-	if r := get(msg, "refusal"); r.Exists() && r.Type == gjson.Null {
+	if r := rawjson.Get(msg, "refusal"); r.Exists() && r.Type == gjson.Null {
 		msg, _ = sjson.DeleteBytes(msg, "refusal")
 	}
-	if r := get(msg, "annotations"); r.IsArray() && len(r.Array()) == 0 {
+	if r := rawjson.Get(msg, "annotations"); r.IsArray() && len(r.Array()) == 0 {
 		msg, _ = sjson.DeleteBytes(msg, "annotations")
 	}
-	for i := int(get(msg, "tool_calls.#").Int()) - 1; i >= 0; i-- {
+	for i := int(rawjson.Get(msg, "tool_calls.#").Int()) - 1; i >= 0; i-- {
 		p := "tool_calls." + strconv.Itoa(i) + ".index"
-		if get(msg, p).Exists() {
+		if rawjson.Get(msg, p).Exists() {
 			msg, _ = sjson.DeleteBytes(msg, p)
 		}
 	}
-	if !get(msg, "content").Exists() {
+	if !rawjson.Get(msg, "content").Exists() {
 		if msg, err = sjson.SetRawBytes(msg, "content", []byte("null")); err != nil {
 			return Turn{}, fmt.Errorf("parse response: %w", err)
 		}
 	}
 	t := Turn{Message: msg, Terminal: true}
-	t.Usage = openAIUsage(get(body, "usage"))
+	t.Usage = openAIUsage(rawjson.Get(body, "usage"))
 	t.FinishRaw = choice.Get("finish_reason").String()
-	get(msg, "tool_calls").ForEach(func(_, c gjson.Result) bool {
+	rawjson.Get(msg, "tool_calls").ForEach(func(_, c gjson.Result) bool {
 		t.ToolCalls = append(t.ToolCalls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
 		return true
 	})
@@ -562,16 +516,16 @@ func parseOpenAIAnswer(body []byte) (Turn, bool) {
 	if bytes.Contains(body, toolCallsKey) {
 		return Turn{}, false // (or a string that says so: the slow path is right either way)
 	}
-	top, ok := memberValues(body, "error", "choices", "usage")
+	top, ok := rawjson.MemberValues(body, "error", "choices", "usage")
 	if !ok || top[0] != nil || len(top[1]) < 2 || top[1][0] != '[' {
 		return Turn{}, false
 	}
-	i := skipSpace(top[1], 1)
-	end, ok := skipValue(top[1], i)
+	i := rawjson.SkipSpace(top[1], 1)
+	end, ok := rawjson.SkipValue(top[1], i)
 	if !ok || top[1][i] != '{' {
 		return Turn{}, false
 	}
-	choice, ok := memberValues(top[1][i:end], "message", "finish_reason")
+	choice, ok := rawjson.MemberValues(top[1][i:end], "message", "finish_reason")
 	if !ok || len(choice[0]) == 0 || choice[0][0] != '{' {
 		return Turn{}, false
 	}
@@ -582,14 +536,14 @@ func parseOpenAIAnswer(body []byte) (Turn, bool) {
 		}
 		finish = string(f[1 : len(f)-1])
 	}
-	msg := compactJSON(make([]byte, 0, len(choice[0])+16), choice[0])
-	m, _ := memberValues(msg, "refusal", "annotations", "content")
+	msg := rawjson.Compact(make([]byte, 0, len(choice[0])+16), choice[0])
+	m, _ := rawjson.MemberValues(msg, "refusal", "annotations", "content")
 	if string(m[0]) == "null" || string(m[1]) == "[]" {
 		// Drop them, as sjson.DeleteBytes would from compact JSON.
 		out := append(make([]byte, 0, len(msg)), '{')
 		refusals, annotations := 0, 0
-		walkMembers(msg, func(key []byte, at int) (bool, int) {
-			end, ok := skipValue(msg, at)
+		rawjson.WalkMembers(msg, func(key []byte, at int) (bool, int) {
+			end, ok := rawjson.SkipValue(msg, at)
 			if !ok {
 				return true, 0
 			}
@@ -623,30 +577,10 @@ func parseOpenAIAnswer(body []byte) (Turn, bool) {
 	}
 	t := Turn{Message: msg, Terminal: true, FinishRaw: finish}
 	if top[2] != nil {
-		t.Usage = openAIUsage(gjson.Parse(str(top[2])))
+		t.Usage = openAIUsage(gjson.Parse(rawjson.Str(top[2])))
 	}
 	t.Finish = openAIFinish(t.FinishRaw, false)
 	return t, true
-}
-
-// memberValues returns the raw values of the named top-level members of
-// the JSON object obj (nil for a missing one; the first of duplicates), in
-// one walk. ok is false when walkTopLevel cannot read obj.
-func memberValues(obj []byte, names ...string) (vals [8][]byte, ok bool) {
-	ok = walkMembers(obj, func(key []byte, at int) (bool, int) {
-		for n, name := range names {
-			if vals[n] == nil && string(key) == name {
-				end, fine := skipValue(obj, at)
-				if !fine {
-					return false, 0
-				}
-				vals[n] = obj[at:end]
-				return false, end
-			}
-		}
-		return false, 0
-	})
-	return vals, ok
 }
 
 // openAIUsage reads an OpenAI/DeepSeek usage object.
@@ -660,64 +594,27 @@ func openAIUsage(u gjson.Result) Usage {
 	// stack there, enough to push the deepest path of a stream past the
 	// 8 KiB its goroutine keeps (docs/design.md).
 	us := Usage{Present: true}
-	eachMember(u.Raw, func(key, v string) bool {
-		switch memberName(key) {
+	rawjson.EachMember(u.Raw, func(key, v string) bool {
+		switch rawjson.KeyName(key) {
 		case "prompt_tokens":
-			us.InputTokens = jsonInt(v)
+			us.InputTokens = rawjson.Int(v)
 		case "completion_tokens":
-			us.OutputTokens = jsonInt(v)
+			us.OutputTokens = rawjson.Int(v)
 		case "prompt_tokens_details":
-			if c, ok := memberOf(v, "cached_tokens"); ok {
-				us.CachedTokens = jsonInt(c)
+			if c, ok := rawjson.Member(v, "cached_tokens"); ok {
+				us.CachedTokens = rawjson.Int(c)
 			}
 		case "prompt_cache_hit_tokens":
 			if us.CachedTokens == 0 {
-				us.CachedTokens = jsonInt(v)
+				us.CachedTokens = rawjson.Int(v)
 			}
 		case "completion_tokens_details":
-			c, _ := memberOf(v, "reasoning_tokens")
-			us.ReasoningTokens = jsonInt(c)
+			c, _ := rawjson.Member(v, "reasoning_tokens")
+			us.ReasoningTokens = rawjson.Int(c)
 		}
 		return true
 	})
 	return us
-}
-
-// memberName is an object key as eachMember gives it (quoted), unquoted.
-func memberName(key string) string {
-	if len(key) >= 2 && strings.IndexByte(key, '\\') < 0 {
-		return key[1 : len(key)-1]
-	}
-	return gjson.Parse(key).Str
-}
-
-// memberOf is the value of the member name of the object obj, if any.
-func memberOf(obj, name string) (val string, ok bool) {
-	eachMember(obj, func(key, v string) bool {
-		if memberName(key) == name {
-			val, ok = v, true
-			return false
-		}
-		return true
-	})
-	return val, ok
-}
-
-// jsonInt is gjson's Int of a JSON value, without a float parse for the
-// plain integers token counts are.
-func jsonInt(v string) int64 {
-	if v == "" || len(v) > 18 {
-		return gjson.Parse(v).Int()
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return gjson.Parse(v).Int()
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n
 }
 
 // openAIFinish maps a finish_reason.

@@ -7,6 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // NewAssembler implements Adapter.
@@ -115,22 +116,22 @@ func (s *openAIAssembler) Feed(data []byte) error {
 	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
 		return fmt.Errorf("openai chunk: %w", ErrInvalidJSON)
 	}
-	eachMember(str(data), func(k, v string) bool {
+	rawjson.EachMember(rawjson.Str(data), func(k, v string) bool {
 		switch k {
 		case `"choices"`:
-			eachElement(v, func(c string) bool {
-				if idx := member(c, `"index"`); idx != "" && idx != "0" {
+			rawjson.EachElement(v, func(c string) bool {
+				if idx := rawjson.MemberRaw(c, `"index"`); idx != "" && idx != "0" {
 					return true
 				}
 				s.choice(c)
 				return false
 			})
 		case `"usage"`:
-			if isObject(v) {
+			if rawjson.IsObject(v) {
 				s.usage = openAIUsage(gjson.Parse(v))
 			}
 		case `"error"`:
-			if !isNull(v) {
+			if !rawjson.IsNull(v) {
 				s.errRaw = append(s.errRaw[:0], v...)
 			}
 		}
@@ -140,13 +141,13 @@ func (s *openAIAssembler) Feed(data []byte) error {
 }
 
 func (s *openAIAssembler) choice(c string) {
-	eachMember(c, func(k, v string) bool {
+	rawjson.EachMember(c, func(k, v string) bool {
 		switch k {
 		case `"delta"`, `"message"`:
 			s.delta(v)
 		case `"finish_reason"`:
-			if isString(v) {
-				s.finishRaw = append(s.finishRaw[:0], unquoteRaw(v)...)
+			if rawjson.IsString(v) {
+				s.finishRaw = append(s.finishRaw[:0], rawjson.Unquote(v)...)
 			}
 		}
 		return true
@@ -154,31 +155,31 @@ func (s *openAIAssembler) choice(c string) {
 }
 
 func (s *openAIAssembler) delta(d string) {
-	eachMember(d, func(k, v string) bool {
+	rawjson.EachMember(d, func(k, v string) bool {
 		switch k {
 		case `"role"`:
 		case `"content"`:
-			if isString(v) {
-				s.content = append(s.content, unquoteRaw(v)...)
+			if rawjson.IsString(v) {
+				s.content = append(s.content, rawjson.Unquote(v)...)
 				s.contentSeen = true
 			}
 		case `"reasoning_content"`:
-			if isString(v) {
-				s.reasoning = append(s.reasoning, unquoteRaw(v)...)
+			if rawjson.IsString(v) {
+				s.reasoning = append(s.reasoning, rawjson.Unquote(v)...)
 				s.reasoningSeen = true
 			}
 		case `"refusal"`:
-			if isString(v) {
-				s.refusal = append(s.refusal, unquoteRaw(v)...)
+			if rawjson.IsString(v) {
+				s.refusal = append(s.refusal, rawjson.Unquote(v)...)
 				s.refusalSeen = true
 			}
 		case `"tool_calls"`:
-			eachElement(v, func(tc string) bool {
+			rawjson.EachElement(v, func(tc string) bool {
 				s.toolCall(tc)
 				return true
 			})
 		default:
-			if !isNull(v) {
+			if !rawjson.IsNull(v) {
 				s.extras.set(k, v, false)
 			}
 		}
@@ -188,12 +189,12 @@ func (s *openAIAssembler) delta(d string) {
 
 // toolCall merges one tool_calls entry.
 func (s *openAIAssembler) toolCall(tc string) {
-	idx := member(tc, `"index"`)
-	id := member(tc, `"id"`)
+	idx := rawjson.MemberRaw(tc, `"index"`)
+	id := rawjson.MemberRaw(tc, `"id"`)
 	var n int64
-	hasIndex := idx != "" && !isNull(idx)
+	hasIndex := idx != "" && !rawjson.IsNull(idx)
 	if hasIndex {
-		n = parseInt(idx)
+		n = rawjson.NonNegative(idx)
 	}
 	var c *oaCall
 	switch {
@@ -204,7 +205,7 @@ func (s *openAIAssembler) toolCall(tc string) {
 				break
 			}
 		}
-	case isString(id) && id != `""`:
+	case rawjson.IsString(id) && id != `""`:
 		for i := 0; i < s.ncalls; i++ {
 			if string(s.calls[i].id) == id {
 				c = &s.calls[i]
@@ -227,54 +228,39 @@ func (s *openAIAssembler) toolCall(tc string) {
 		c.extra.reset()
 		c.index, c.hasIndex = n, hasIndex
 	}
-	eachMember(tc, func(k, v string) bool {
+	rawjson.EachMember(tc, func(k, v string) bool {
 		switch k {
 		case `"index"`:
 		case `"id"`:
-			if len(c.id) == 0 && isString(v) && v != `""` {
+			if len(c.id) == 0 && rawjson.IsString(v) && v != `""` {
 				c.id = append(c.id, v...)
 			}
 		case `"type"`:
-			if len(c.typ) == 0 && isString(v) && v != `""` {
+			if len(c.typ) == 0 && rawjson.IsString(v) && v != `""` {
 				c.typ = append(c.typ, v...)
 			}
 		case `"function"`:
-			eachMember(v, func(fk, fv string) bool {
-				if !isString(fv) {
+			rawjson.EachMember(v, func(fk, fv string) bool {
+				if !rawjson.IsString(fv) {
 					return true
 				}
 				switch fk {
 				case `"name"`:
 					if len(c.name) == 0 {
-						c.name = append(c.name, unquoteRaw(fv)...)
+						c.name = append(c.name, rawjson.Unquote(fv)...)
 					}
 				case `"arguments"`:
-					c.args = append(c.args, unquoteRaw(fv)...)
+					c.args = append(c.args, rawjson.Unquote(fv)...)
 				}
 				return true
 			})
 		default:
-			if !isNull(v) {
+			if !rawjson.IsNull(v) {
 				c.extra.set(k, v, true)
 			}
 		}
 		return true
 	})
-}
-
-// parseInt reads a non-negative JSON integer; other values give -1.
-func parseInt(v string) int64 {
-	if v == "" {
-		return -1
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return -1
-		}
-		n = n*10 + int64(v[i]-'0')
-	}
-	return n
 }
 
 // Result implements Assembler.
@@ -283,7 +269,7 @@ func (s *openAIAssembler) Result() Turn {
 	m = append(m, `{"role":"assistant","content":`...)
 	switch {
 	case len(s.content) > 0:
-		m = appendQuoted(m, s.content)
+		m = rawjson.AppendQuoted(m, s.content)
 	case s.ncalls > 0:
 		m = append(m, s.d.ToolOnlyContent...)
 	case s.refusalSeen && len(s.refusal) > 0:
@@ -293,11 +279,11 @@ func (s *openAIAssembler) Result() Turn {
 	}
 	if s.reasoningSeen {
 		m = append(m, `,"reasoning_content":`...)
-		m = appendQuoted(m, s.reasoning)
+		m = rawjson.AppendQuoted(m, s.reasoning)
 	}
 	if len(s.refusal) > 0 {
 		m = append(m, `,"refusal":`...)
-		m = appendQuoted(m, s.refusal)
+		m = rawjson.AppendQuoted(m, s.refusal)
 	}
 	t := Turn{}
 	if s.ncalls > 0 {
@@ -320,9 +306,9 @@ func (s *openAIAssembler) Result() Turn {
 				m = append(m, `"function"`...)
 			}
 			m = append(m, `,"function":{"name":`...)
-			m = appendQuoted(m, c.name)
+			m = rawjson.AppendQuoted(m, c.name)
 			m = append(m, `,"arguments":`...)
-			m = appendQuoted(m, c.args)
+			m = rawjson.AppendQuoted(m, c.args)
 			m = append(m, '}')
 			m = c.extra.appendTo(m)
 			m = append(m, '}')
@@ -353,12 +339,6 @@ func (s *openAIAssembler) callsSize() int {
 		n += 64 + len(s.calls[i].args) + len(s.calls[i].name) + len(s.calls[i].id)
 	}
 	return n
-}
-
-func appendQuoted(b, escaped []byte) []byte {
-	b = append(b, '"')
-	b = append(b, escaped...)
-	return append(b, '"')
 }
 
 // Done implements Assembler.

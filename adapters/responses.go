@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // ResponsesDialect configures the OpenAI Responses adapter for one family
@@ -71,7 +72,7 @@ func (a *Responses) Format() Format { return FormatOpenAIResponses }
 // the body says "stream": true); anything else — GET /responses/{id},
 // input_items, cancel, compact, input_tokens — passes through.
 func (a *Responses) Classify(method, path, query string, body []byte) Op {
-	return classifyPost(method, path, "/responses", body)
+	return ClassifyPost(method, path, "/responses", body)
 }
 
 // Messages implements Adapter: the input items array (a slice of body).
@@ -84,7 +85,7 @@ func (a *Responses) Messages(body []byte) ([]byte, bool) {
 
 // MessagesKnown implements Adapter.
 func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
-	r := get(body, "input")
+	r := rawjson.Get(body, "input")
 	switch {
 	case r.Type == gjson.String && jsonscan.ValidString(r.Raw):
 		b := make([]byte, 0, len(r.Raw)+48)
@@ -92,8 +93,8 @@ func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, 
 		b = append(b, r.Raw...)
 		return append(b, "}]"...), Prefix{}, true
 	case r.IsArray():
-		raw := rawSlice(body, r)
-		if p, ok := validArray(raw, known); ok {
+		raw := rawjson.RawSlice(body, r)
+		if p, ok := ValidArray(raw, known); ok {
 			return raw, p, true
 		}
 	}
@@ -102,10 +103,10 @@ func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, 
 
 // SetMessages implements Adapter; input is always written as an array.
 func (a *Responses) SetMessages(body, messages []byte) ([]byte, error) {
-	if !jsonscan.Valid(messages) || !gjson.Parse(str(messages)).IsArray() {
+	if !jsonscan.Valid(messages) || !gjson.Parse(rawjson.Str(messages)).IsArray() {
 		return nil, fmt.Errorf("set input: %w", ErrInvalidJSON)
 	}
-	return setRaw(body, "input", messages)
+	return SetRaw(body, "input", messages)
 }
 
 // System implements Adapter. Responses "instructions" are per request (not
@@ -138,29 +139,29 @@ func respItemType(it gjson.Result) (string, itemKind) { return respItemTypeRaw(i
 // Results from function_call_output and custom_tool_call_output (call_id).
 // EmptyText is computed for message items and true for the others.
 func (a *Responses) WalkMessages(messages []byte, fn func(Message) bool) error {
-	return walkElements(messages, "input", responsesElement, fn)
+	return WalkElements(messages, "input", responsesElement, fn)
 }
 
 // responsesElement reads one input item for WalkMessages.
 //
 //go:noinline
 func responsesElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
-	item := str(raw)
+	item := rawjson.Str(raw)
 	typ, kind := respItemTypeRaw(item)
 	msg := Message{Index: i, Raw: raw, Role: typ, EmptyText: true}
 	switch kind {
 	case kindMessage:
-		role, _ := memberOf(item, "role")
-		msg.Role = knownRole(gjson.Parse(role))
-		content, _ := memberOf(item, "content")
+		role, _ := rawjson.Member(item, "role")
+		msg.Role = rawjson.Role(gjson.Parse(role))
+		content, _ := rawjson.Member(item, "content")
 		msg.EmptyText = responsesEmptyTextRaw(content)
 	case kindCall:
-		id, _ := memberOf(item, "call_id")
-		name, _ := memberOf(item, "name")
-		calls = append(calls, ToolCall{ID: jsonString(id), Name: jsonString(name)})
+		id, _ := rawjson.Member(item, "call_id")
+		name, _ := rawjson.Member(item, "name")
+		calls = append(calls, ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
 	case kindResult:
-		id, _ := memberOf(item, "call_id")
-		results = append(results, ToolResult{CallID: jsonString(id)})
+		id, _ := rawjson.Member(item, "call_id")
+		results = append(results, ToolResult{CallID: rawjson.String(id)})
 	}
 	msg.Calls, msg.Results = calls, results
 	return msg
@@ -168,7 +169,7 @@ func responsesElement(raw []byte, i int, calls []ToolCall, results []ToolResult)
 
 // respItemTypeRaw is respItemType of a raw item.
 func respItemTypeRaw(item string) (string, itemKind) {
-	t, _ := memberOf(item, "type")
+	t, _ := rawjson.Member(item, "type")
 	switch t {
 	case `"message"`:
 		return "message", kindMessage
@@ -183,12 +184,12 @@ func respItemTypeRaw(item string) (string, itemKind) {
 	case `"reasoning"`:
 		return "reasoning", kindReasoning
 	case "":
-		if _, ok := memberOf(item, "role"); ok {
+		if _, ok := rawjson.Member(item, "role"); ok {
 			return "message", kindMessage
 		}
 		return "", kindOther
 	}
-	return jsonString(t), kindOther
+	return rawjson.String(t), kindOther
 }
 
 // responsesEmptyTextRaw reports whether a message content holds no
@@ -197,17 +198,17 @@ func respItemTypeRaw(item string) (string, itemKind) {
 // non-empty).
 func responsesEmptyTextRaw(c string) bool {
 	switch {
-	case isString(c):
+	case rawjson.IsString(c):
 		return c == `""`
 	case len(c) > 0 && c[0] == '[':
 		empty := true
-		eachElement(c, func(p string) bool {
-			typ, _ := memberOf(p, "type")
-			switch jsonString(typ) {
+		rawjson.EachElement(c, func(p string) bool {
+			typ, _ := rawjson.Member(p, "type")
+			switch rawjson.String(typ) {
 			case "output_text", "input_text", "text", "", "refusal":
-				text, _ := memberOf(p, "text")
-				refusal, _ := memberOf(p, "refusal")
-				if jsonString(text) != "" || jsonString(refusal) != "" {
+				text, _ := rawjson.Member(p, "text")
+				refusal, _ := rawjson.Member(p, "refusal")
+				if rawjson.String(text) != "" || rawjson.String(refusal) != "" {
 					empty = false
 				}
 			default:
@@ -230,16 +231,16 @@ func (a *Responses) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	sessionID := p.SessionID
 	sid := sessionID
 	if a.d.SessionField != "" {
-		member := newMember{a.d.SessionField, nonEmpty(plainJSONString(sessionID))}
+		member := rawjson.Pair{Key: a.d.SessionField, Value: rawjson.NonEmpty(rawjson.PlainString(sessionID))}
 		var added bool
 		if p.Splice {
-			up.Insert, up.At, added = spliceAbsentKeys(body, p.Messages, member)
-		} else if out, ok := insertAbsentKeys(nil, body, p.Messages, member); ok {
+			up.Insert, up.At, added = rawjson.SpliceAbsentKeys(body, p.Messages, member)
+		} else if out, ok := rawjson.InsertAbsentKeys(nil, body, p.Messages, member); ok {
 			up.Body, added = out, true
 		}
 		if added {
 			// the session id is in the body
-		} else if cur := get(body, a.d.SessionField); cur.Type == gjson.String && cur.Str != "" {
+		} else if cur := rawjson.Get(body, a.d.SessionField); cur.Type == gjson.String && cur.Str != "" {
 			sid = cur.Str
 		} else if sessionID != "" {
 			var err error
@@ -281,9 +282,9 @@ func (a *Responses) ErrorBody(status int, code, message string) []byte {
 func (a *Responses) StreamErrorEvent(status int, code, message string) []byte {
 	b := make([]byte, 0, 112+len(code)+len(message))
 	b = append(b, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
-	b = appendJSONString(b, code)
+	b = rawjson.AppendString(b, code)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, message)
+	b = rawjson.AppendString(b, message)
 	b = append(b, `,"param":null,"sequence_number":0}`...)
 	return append(b, "\n\n"...)
 }
@@ -294,11 +295,11 @@ func (a *Responses) StreamErrorEvent(status int, code, message string) []byte {
 // is none. The proxy keys stored threads by it to expand
 // previous_response_id.
 func (a *Responses) ResponseID(payload []byte) string {
-	if id := get(payload, "response.id"); id.Type == gjson.String {
+	if id := rawjson.Get(payload, "response.id"); id.Type == gjson.String {
 		return id.Str
 	}
-	if get(payload, "object").Str == "response" {
-		return get(payload, "id").Str
+	if rawjson.Get(payload, "object").Str == "response" {
+		return rawjson.Get(payload, "id").Str
 	}
 	return ""
 }
@@ -313,11 +314,11 @@ func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 	if !jsonscan.Valid(body) {
 		return nil, fmt.Errorf("expand previous response: %w", ErrInvalidJSON)
 	}
-	prev := get(body, "previous_response_id")
+	prev := rawjson.Get(body, "previous_response_id")
 	if prev.Type != gjson.String || prev.Str == "" {
 		return body, nil
 	}
-	st := gjson.Parse(str(storedItems))
+	st := gjson.Parse(rawjson.Str(storedItems))
 	if !st.IsArray() || !jsonscan.Valid(storedItems) {
 		return nil, fmt.Errorf("expand previous response: stored items: %w", ErrInvalidJSON)
 	}
@@ -326,7 +327,7 @@ func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 	merged = append(merged, '[')
 	n := 0
 	add := func(arr []byte) {
-		gjson.Parse(str(arr)).ForEach(func(_, it gjson.Result) bool {
+		gjson.Parse(rawjson.Str(arr)).ForEach(func(_, it gjson.Result) bool {
 			if n > 0 {
 				merged = append(merged, ',')
 			}
@@ -342,7 +343,7 @@ func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("expand previous response: %w", err)
 	}
-	if out, err = setRaw(out, "input", merged); err != nil {
+	if out, err = SetRaw(out, "input", merged); err != nil {
 		return nil, fmt.Errorf("expand previous response: %w", err)
 	}
 	return out, nil
@@ -358,7 +359,7 @@ func (a *Responses) ParseResponse(body []byte) (Turn, error) {
 	if !jsonscan.Valid(body) {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
 	}
-	root := gjson.Parse(str(body))
+	root := gjson.Parse(rawjson.Str(body))
 	if !root.IsObject() {
 		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
 	}
@@ -375,7 +376,7 @@ func (a *Responses) ParseResponse(body []byte) (Turn, error) {
 	t := Turn{Terminal: true}
 	if out.IsArray() {
 		// The body was checked to be valid JSON, so output is too.
-		t.Message = compactJSON(make([]byte, 0, len(out.Raw)), bytesOf(out.Raw))
+		t.Message = rawjson.Compact(make([]byte, 0, len(out.Raw)), rawjson.BytesOf(out.Raw))
 	} else {
 		t.Message = []byte("[]")
 	}
@@ -401,7 +402,7 @@ func (a *Responses) ParseResponse(body []byte) (Turn, error) {
 // output array.
 func responsesCalls(items []byte) []ToolCall {
 	var calls []ToolCall
-	gjson.Parse(str(items)).ForEach(func(_, it gjson.Result) bool {
+	gjson.Parse(rawjson.Str(items)).ForEach(func(_, it gjson.Result) bool {
 		if _, k := respItemType(it); k == kindCall {
 			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
 		}
@@ -483,11 +484,11 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 	if !a.Restorable(stored) {
 		return incoming, nil, nil // no reasoning item stored: nothing to restore
 	}
-	in := gjson.Parse(str(incoming))
+	in := gjson.Parse(rawjson.Str(incoming))
 	if !in.IsArray() {
 		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
 	}
-	st := gjson.Parse(str(stored))
+	st := gjson.Parse(rawjson.Str(stored))
 	if !st.IsArray() {
 		return incoming, nil, nil
 	}

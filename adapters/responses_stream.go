@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // NewAssembler implements Adapter.
@@ -83,7 +84,7 @@ func (s *responsesAssembler) Reset() {
 func (s *responsesAssembler) item(raw string) *rsItem {
 	idx := int64(-1)
 	if raw != "" {
-		idx = parseInt(raw)
+		idx = rawjson.NonNegative(raw)
 	}
 	if idx < 0 {
 		if s.nitems > 0 {
@@ -110,7 +111,7 @@ func (s *responsesAssembler) item(raw string) *rsItem {
 func (it *rsItem) part(group uint8, raw string, typ string) *rsPart {
 	idx := int64(0)
 	if raw != "" {
-		if idx = parseInt(raw); idx < 0 {
+		if idx = rawjson.NonNegative(raw); idx < 0 {
 			idx = 0
 		}
 	}
@@ -138,7 +139,7 @@ func (s *responsesAssembler) Feed(data []byte) error {
 		return fmt.Errorf("responses event: %w", ErrInvalidJSON)
 	}
 	var typ, outIdx, cIdx, sIdx, delta, text, item, resp, errv string
-	eachMember(str(data), func(k, v string) bool {
+	rawjson.EachMember(rawjson.Str(data), func(k, v string) bool {
 		switch k {
 		case `"type"`:
 			typ = v
@@ -179,32 +180,32 @@ func (s *responsesAssembler) Feed(data []byte) error {
 	case `"response.reasoning_text.done"`:
 		s.appendPart(outIdx, groupReasoning, cIdx, "reasoning_text", text, true)
 	case `"response.function_call_arguments.delta"`, `"response.custom_tool_call_input.delta"`:
-		if isString(delta) {
+		if rawjson.IsString(delta) {
 			it := s.item(outIdx)
-			it.args = append(it.args, unquoteRaw(delta)...)
+			it.args = append(it.args, rawjson.Unquote(delta)...)
 			it.argsN = true
 		}
 	case `"response.function_call_arguments.done"`, `"response.custom_tool_call_input.done"`:
-		if isString(text) {
+		if rawjson.IsString(text) {
 			it := s.item(outIdx)
-			it.args = append(it.args[:0], unquoteRaw(text)...)
+			it.args = append(it.args[:0], rawjson.Unquote(text)...)
 			it.argsN = true
 		}
 	case `"response.output_item.added"`:
-		if isObject(item) {
+		if rawjson.IsObject(item) {
 			if it := s.item(outIdx); !it.done {
 				it.raw = append(it.raw[:0], item...)
 			}
 		}
 	case `"response.output_item.done"`:
-		if isObject(item) {
+		if rawjson.IsObject(item) {
 			it := s.item(outIdx)
 			it.raw = append(it.raw[:0], item...)
 			it.done = true
 		}
 	case `"response.completed"`, `"response.incomplete"`, `"response.failed"`:
 		s.terminal = true
-		if isObject(resp) {
+		if rawjson.IsObject(resp) {
 			s.response(resp)
 		}
 	case `"error"`:
@@ -214,41 +215,41 @@ func (s *responsesAssembler) Feed(data []byte) error {
 }
 
 func (s *responsesAssembler) appendPart(outIdx string, group uint8, idx, typ, v string, replace bool) {
-	if !isString(v) {
+	if !rawjson.IsString(v) {
 		return
 	}
 	p := s.item(outIdx).part(group, idx, typ)
 	if replace {
 		p.text = p.text[:0]
 	}
-	p.text = append(p.text, unquoteRaw(v)...)
+	p.text = append(p.text, rawjson.Unquote(v)...)
 }
 
 // response reads a terminal response object.
 func (s *responsesAssembler) response(resp string) {
-	eachMember(resp, func(k, v string) bool {
+	rawjson.EachMember(resp, func(k, v string) bool {
 		switch k {
 		case `"status"`:
-			if isString(v) {
-				s.status = append(s.status[:0], unquoteRaw(v)...)
+			if rawjson.IsString(v) {
+				s.status = append(s.status[:0], rawjson.Unquote(v)...)
 			}
 		case `"incomplete_details"`:
-			if r := member(v, `"reason"`); isString(r) {
-				s.reason = append(s.reason[:0], unquoteRaw(r)...)
+			if r := rawjson.MemberRaw(v, `"reason"`); rawjson.IsString(r) {
+				s.reason = append(s.reason[:0], rawjson.Unquote(r)...)
 			}
 		case `"usage"`:
-			if isObject(v) {
+			if rawjson.IsObject(v) {
 				s.usage = responsesUsage(gjson.Parse(v))
 			}
 		case `"output"`:
 			n := 0
-			eachElement(v, func(string) bool { n++; return true })
+			rawjson.EachElement(v, func(string) bool { n++; return true })
 			if n > 0 {
 				s.output = append(s.output[:0], v...)
 				s.outputN = n
 			}
 		case `"error"`:
-			if isObject(v) && !s.errLocked {
+			if rawjson.IsObject(v) && !s.errLocked {
 				s.errRaw = append(s.errRaw[:0], v...)
 			}
 		}
@@ -261,12 +262,12 @@ func (s *responsesAssembler) response(resp string) {
 // documents) as an object.
 func (s *responsesAssembler) eventError(data []byte, errv string) {
 	s.errLocked = true
-	if isObject(errv) {
+	if rawjson.IsObject(errv) {
 		s.errRaw = append(s.errRaw[:0], errv...)
 		return
 	}
 	s.errRaw = append(s.errRaw[:0], '{')
-	eachMember(str(data), func(k, v string) bool {
+	rawjson.EachMember(rawjson.Str(data), func(k, v string) bool {
 		if k == `"type"` || k == `"sequence_number"` {
 			return true
 		}
@@ -341,7 +342,7 @@ func (it *rsItem) appendTo(m []byte) []byte {
 		return append(m, raw...)
 	}
 	out := append([]byte(nil), raw...)
-	typ := get(out, "type").String()
+	typ := rawjson.Get(out, "type").String()
 	if typ == "" {
 		switch {
 		case it.argsN:
@@ -361,7 +362,7 @@ func (it *rsItem) appendTo(m []byte) []byte {
 		if typ == "custom_tool_call" {
 			field = "input"
 		}
-		out, _ = sjson.SetRawBytes(out, field, appendQuoted(nil, it.args))
+		out, _ = sjson.SetRawBytes(out, field, rawjson.AppendQuoted(nil, it.args))
 	}
 	switch typ {
 	case "message":
@@ -413,7 +414,7 @@ func (it *rsItem) partsJSON(g uint8) []byte {
 		default:
 			b = append(b, `,"text":`...)
 		}
-		b = appendQuoted(b, p.text)
+		b = rawjson.AppendQuoted(b, p.text)
 		b = append(b, '}')
 	}
 	return append(b, ']')

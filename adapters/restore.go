@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // SkipSignature is Google's placeholder thought signature; like a missing or
@@ -121,11 +122,11 @@ func (a *OpenAIChat) Restore(incoming, stored []byte, model string) ([]byte, []R
 	if !a.Restorable(stored) {
 		return incoming, nil, nil // nothing stored that could be restored: skip the walk
 	}
-	in := gjson.Parse(str(incoming))
+	in := gjson.Parse(rawjson.Str(incoming))
 	if !in.IsArray() {
 		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
 	}
-	st := gjson.Parse(str(stored))
+	st := gjson.Parse(rawjson.Str(stored))
 	if !st.IsArray() {
 		return incoming, nil, nil
 	}
@@ -317,11 +318,11 @@ func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Resto
 	if !g.Restorable(stored) {
 		return incoming, nil, nil // no signature stored: nothing to restore
 	}
-	in := gjson.Parse(str(incoming))
+	in := gjson.Parse(rawjson.Str(incoming))
 	if !in.IsArray() {
 		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
 	}
-	st := gjson.Parse(str(stored))
+	st := gjson.Parse(rawjson.Str(stored))
 	if !st.IsArray() {
 		return incoming, nil, nil
 	}
