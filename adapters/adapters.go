@@ -15,6 +15,8 @@ package adapters
 
 import (
 	"errors"
+
+	"github.com/chronicle-proxy/chronicle/repair"
 )
 
 // Sentinel errors returned (wrapped) by this package.
@@ -196,11 +198,21 @@ type Header struct {
 	Name, Value string
 }
 
-// Adapter is what the proxy asks about one wire format. Implementations are
+// Adapter is what the proxy asks about one wire format: the small
+// interfaces below, one per concern, in one value. Implementations are
 // immutable and safe for concurrent use.
 type Adapter interface {
 	// Format names the wire format.
 	Format() Format
+	RequestReader
+	UpstreamShaper
+	AnswerAssembler
+	HistoryKeeper
+	ErrorShaper
+}
+
+// RequestReader reads and edits a request body of the format.
+type RequestReader interface {
 	// Classify says what a request is. path is the upstream path (after
 	// the connection segment), query the raw query string.
 	Classify(method, path, query string, body []byte) Op
@@ -222,18 +234,22 @@ type Adapter interface {
 	// WalkMessages calls fn for each message of a messages array, in
 	// order, until fn returns false.
 	WalkMessages(messages []byte, fn func(Message) bool) error
-	// NewAssembler returns an assembler for this format's streams.
-	NewAssembler() Assembler
-	// ParseResponse assembles a non-stream response body.
-	ParseResponse(body []byte) (Turn, error)
-	// Restore puts back provider fields that incoming messages dropped,
-	// taking them from the stored thread's messages; model selects the
-	// provider's rule for what is sent back. It returns incoming itself
-	// when nothing changed.
-	Restore(incoming, stored []byte, model string) ([]byte, []Restored, error)
-	// Restorable reports whether a stored message carries a field Restore
-	// could put back; Restore changes nothing when no stored message does.
-	Restorable(stored []byte) bool
+	// ShapeProblem says what is wrong with a generate request body, valid
+	// JSON, in which MessagesKnown found no history: "" when the body is a
+	// JSON object without the format's history member (or with it null),
+	// which continues the stored thread; otherwise one sentence for the
+	// caller, naming the member the format expects. It reads only bodies
+	// the fast path refused.
+	ShapeProblem(body []byte) string
+	// MissingModel is the provider's own refusal of a generate request
+	// that names no model (model is ""), where the provider wants one in
+	// the body: its status and body, and refused=false when the provider
+	// accepts such a request (or model is set).
+	MissingModel(model string) (status int, body []byte, refused bool)
+}
+
+// UpstreamShaper edits what goes to the upstream and what comes back.
+type UpstreamShaper interface {
 	// PrepareUpstream injects the session id (when the format uses one)
 	// and, for streams, asks for usage. It returns the new body, header
 	// edits, the session id the upstream receives ("" if none) and whether
@@ -243,11 +259,81 @@ type Adapter interface {
 	// StripAddedUsage removes from one forwarded SSE event what
 	// chronicle's include_usage added. See the implementations.
 	StripAddedUsage(event []byte) (out []byte, drop bool)
+}
+
+// AnswerAssembler reads the provider's answer.
+type AnswerAssembler interface {
+	// NewAssembler returns an assembler for this format's streams.
+	NewAssembler() Assembler
+	// ParseResponse assembles a non-stream response body.
+	ParseResponse(body []byte) (Turn, error)
+	// MessageText returns the visible text of an assembled message (a
+	// reply so far, for a run's partial snapshot); reasoning is left out.
+	MessageText(msg []byte) string
+	// ReplyMessages splits an assembled reply (Turn.Message) into the
+	// messages it adds to the thread, each a copy or the reply itself.
+	ReplyMessages(reply []byte) [][]byte
+}
+
+// HistoryKeeper keeps a thread's history one the provider accepts.
+type HistoryKeeper interface {
+	// Restore puts back provider fields that incoming messages dropped,
+	// taking them from the stored thread's messages; model selects the
+	// provider's rule for what is sent back. It returns incoming itself
+	// when nothing changed.
+	Restore(incoming, stored []byte, model string) ([]byte, []Restored, error)
+	// Restorable reports whether a stored message carries a field Restore
+	// could put back; Restore changes nothing when no stored message does.
+	Restorable(stored []byte) bool
+	// Repair makes a messages array valid to send (package repair, with
+	// this format's rules).
+	Repair(messages []byte, opts repair.Options) (repair.Result, error)
+	// Skim is what Repair's check reads of one message, to keep with it.
+	Skim(msg []byte) repair.Skim
+	// ValidSkimsAt reports whether Repair would leave the history of the
+	// n skims at returns, in order, as it is.
+	ValidSkimsAt(n int, at func(int) *repair.Skim) bool
+}
+
+// ErrorShaper writes chronicle's own errors in the provider's shape.
+type ErrorShaper interface {
 	// ErrorBody is chronicle's own error in the provider's shape.
 	ErrorBody(status int, code, message string) []byte
 	// StreamErrorEvent is the SSE event that reports an error after a
 	// stream's headers went out.
 	StreamErrorEvent(status int, code, message string) []byte
+}
+
+// Chainer is an Adapter whose requests may chain on a stored answer by
+// its id instead of repeating the history (the Responses API's
+// previous_response_id). Formats without such chaining do not implement
+// it.
+type Chainer interface {
+	// ExpandPreviousResponse rewrites a request that chains on a stored
+	// answer for an upstream that keeps no state: the reference removed,
+	// stored (the JSON array of the chained thread's messages) put before
+	// the request's own. A body that chains on nothing is returned as it
+	// is.
+	ExpandPreviousResponse(body, stored []byte) ([]byte, error)
+}
+
+// Wire is one wire format as its package exports it: the one value the
+// lookup (adapters/formats) registers for the format.
+type Wire struct {
+	// Format names the format.
+	Format Format
+	// New returns the format's adapter in one of its dialects (the
+	// format's configurations for families of servers; "" is its
+	// default), with sessionHeaders (a connection's) added to the
+	// dialect's own session headers. ok is false for a dialect the format
+	// does not have.
+	New func(dialect string, sessionHeaders []string) (a Adapter, ok bool)
+}
+
+// MissingModel is a.MissingModel(model), for callers that hold an
+// Adapter.
+func MissingModel(a Adapter, model string) (status int, body []byte, refused bool) {
+	return a.MissingModel(model)
 }
 
 // Prepare is what PrepareUpstream needs besides the body.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
+	"github.com/chronicle-proxy/chronicle/repair"
 )
 
 // Gemini is the adapter for the Gemini native API (generateContent,
@@ -325,4 +326,35 @@ func geminiFinish(raw string, hasCalls bool) FinishReason {
 		return FinishContentFilter
 	}
 	return FinishError
+}
+
+// ShapeProblem implements Adapter.
+func (g *Gemini) ShapeProblem(body []byte) string {
+	return HistoryShapeProblem(body, "contents", `The request body must be a JSON object with a "contents" array.`)
+}
+
+// MissingModel implements Adapter: Gemini names the model in the path.
+func (g *Gemini) MissingModel(model string) (int, []byte, bool) { return 0, nil, false }
+
+// MessageText implements Adapter: the non-thought text parts.
+func (g *Gemini) MessageText(msg []byte) string {
+	var sb strings.Builder
+	appendPartsText(&sb, gjson.ParseBytes(msg).Get("parts"), true)
+	return sb.String()
+}
+
+// ReplyMessages implements Adapter: the reply is one content.
+func (g *Gemini) ReplyMessages(reply []byte) [][]byte { return [][]byte{reply} }
+
+// Repair implements Adapter.
+func (g *Gemini) Repair(contents []byte, opts repair.Options) (repair.Result, error) {
+	return repair.Gemini(contents, opts)
+}
+
+// Skim implements Adapter.
+func (g *Gemini) Skim(content []byte) repair.Skim { return repair.SkimGemini(content) }
+
+// ValidSkimsAt implements Adapter.
+func (g *Gemini) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
+	return repair.ValidSkimsAt(n, at)
 }

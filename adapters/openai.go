@@ -11,6 +11,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
+	"github.com/chronicle-proxy/chronicle/repair"
 )
 
 // ReasoningPolicy says on which assistant messages a provider wants
@@ -638,4 +639,60 @@ func openAIFinish(raw string, hasCalls bool) FinishReason {
 		f = FinishToolCalls
 	}
 	return f
+}
+
+// ShapeProblem implements Adapter.
+func (a *OpenAIChat) ShapeProblem(body []byte) string {
+	return HistoryShapeProblem(body, "messages", `The request body must be a JSON object with a "messages" array.`)
+}
+
+// MissingModel implements Adapter: OpenAI's own refusal (400, byte for
+// byte what api.openai.com answers); other dialects are left to their
+// upstream.
+func (a *OpenAIChat) MissingModel(model string) (int, []byte, bool) {
+	if model != "" || a.d.Name != OpenAI.Name {
+		return 0, nil, false
+	}
+	return 400, []byte(`{"error":{"message":"you must provide a model parameter","type":"invalid_request_error","param":null,"code":null}}`), true
+}
+
+// MessageText implements Adapter: the content, a string or its text parts.
+func (a *OpenAIChat) MessageText(msg []byte) string {
+	c := gjson.ParseBytes(msg).Get("content")
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var sb strings.Builder
+	appendPartsText(&sb, c, false)
+	return sb.String()
+}
+
+// appendPartsText appends the text of each part that has one, leaving out
+// thought parts when skipThoughts.
+func appendPartsText(sb *strings.Builder, parts gjson.Result, skipThoughts bool) {
+	parts.ForEach(func(_, p gjson.Result) bool {
+		if skipThoughts && p.Get("thought").Bool() {
+			return true
+		}
+		if t := p.Get("text"); t.Type == gjson.String {
+			sb.WriteString(t.Str)
+		}
+		return true
+	})
+}
+
+// ReplyMessages implements Adapter: the reply is one message.
+func (a *OpenAIChat) ReplyMessages(reply []byte) [][]byte { return [][]byte{reply} }
+
+// Repair implements Adapter.
+func (a *OpenAIChat) Repair(messages []byte, opts repair.Options) (repair.Result, error) {
+	return repair.OpenAIChat(messages, opts)
+}
+
+// Skim implements Adapter.
+func (a *OpenAIChat) Skim(msg []byte) repair.Skim { return repair.SkimOpenAIChat(msg) }
+
+// ValidSkimsAt implements Adapter.
+func (a *OpenAIChat) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
+	return repair.ValidSkimsAt(n, at)
 }

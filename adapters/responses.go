@@ -10,6 +10,7 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
+	"github.com/chronicle-proxy/chronicle/repair"
 )
 
 // ResponsesDialect configures the OpenAI Responses adapter for one family
@@ -642,4 +643,58 @@ func responsesText(c gjson.Result) string {
 		return true
 	})
 	return sb.String()
+}
+
+// ShapeProblem implements Adapter.
+func (a *Responses) ShapeProblem(body []byte) string {
+	return HistoryShapeProblem(body, "input", `The request body must be a JSON object whose "input" is a string or an array of items.`)
+}
+
+// MissingModel implements Adapter: the Responses API's own refusal.
+func (a *Responses) MissingModel(model string) (int, []byte, bool) {
+	if model != "" {
+		return 0, nil, false
+	}
+	return 400, []byte(`{"error":{"message":"Missing required parameter: 'model'.","type":"invalid_request_error","param":"model","code":"missing_required_parameter"}}`), true
+}
+
+// MessageText implements Adapter: the text of the output message items.
+func (a *Responses) MessageText(msg []byte) string {
+	var sb strings.Builder
+	gjson.ParseBytes(msg).ForEach(func(_, item gjson.Result) bool {
+		if item.Get("type").Str == "message" {
+			appendPartsText(&sb, item.Get("content"), false)
+		}
+		return true
+	})
+	return sb.String()
+}
+
+// ReplyMessages implements Adapter: the reply's output items, one thread
+// message each.
+func (a *Responses) ReplyMessages(reply []byte) [][]byte {
+	var out [][]byte
+	_ = a.WalkMessages(reply, func(m Message) bool {
+		out = append(out, append([]byte(nil), m.Raw...))
+		return true
+	})
+	return out
+}
+
+// ExpandPreviousResponse implements Chainer.
+func (a *Responses) ExpandPreviousResponse(body, stored []byte) ([]byte, error) {
+	return ExpandPreviousResponse(body, stored)
+}
+
+// Repair implements Adapter.
+func (a *Responses) Repair(items []byte, opts repair.Options) (repair.Result, error) {
+	return repair.Responses(items, opts)
+}
+
+// Skim implements Adapter.
+func (a *Responses) Skim(item []byte) repair.Skim { return repair.SkimResponses(item) }
+
+// ValidSkimsAt implements Adapter.
+func (a *Responses) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
+	return repair.ValidSkimsAt(n, at)
 }

@@ -15,7 +15,8 @@ func TestMessageText(t *testing.T) {
 		{FormatOpenAIResponses, `[{"type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Yes."}]}]`, "Yes."},
 	}
 	for _, tt := range tests {
-		if got := MessageText(tt.f, []byte(tt.msg)); got != tt.want {
+		ad := map[Format]Adapter{FormatOpenAIChat: openAIAd, FormatGemini: geminiAd, FormatOpenAIResponses: respAd}[tt.f]
+		if got := ad.MessageText([]byte(tt.msg)); got != tt.want {
 			t.Errorf("MessageText(%s, %s) = %q, want %q", tt.f, tt.msg, got, tt.want)
 		}
 	}

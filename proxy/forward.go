@@ -964,7 +964,7 @@ func (r *sseRelay) forward(ev *sse.Event, more bool) bool {
 	}
 	if r.snapshots && time.Since(r.lastSnapshot) >= ex.up.cfg.SnapshotInterval.D() && !ex.turnDone {
 		r.lastSnapshot = time.Now()
-		text := []byte(adapters.MessageText(ex.ad.Format(), ex.asm.Result().Message))
+		text := []byte(ex.ad.MessageText(ex.asm.Result().Message))
 		ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
 	}
 	return true

@@ -189,7 +189,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		// No history array: a body without one continues the stored
 		// thread; one that is not an object, or whose history is not an
 		// array, is refused before any run exists.
-		if msg := adapters.ShapeProblem(ad.Format(), body); msg != "" {
+		if msg := ad.ShapeProblem(body); msg != "" {
 			writeError(ctx, ad, apiError{status: 400, code: codeBadRequest, message: msg})
 			return nil, nil, false
 		}
