@@ -406,10 +406,10 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		t.kept = kept
 	}
 	t.storedHashes, t.storedMsgs = thread.Hashes, thread.Messages
-	if ad.Format() == adapters.FormatOpenAIResponses && t.up.cfg.ExpandPreviousResponse && len(thread.Messages) > 0 {
+	if ch, ok := ad.(adapters.Chainer); ok && t.up.cfg.ExpandPreviousResponse && len(thread.Messages) > 0 {
 		// A stateless upstream cannot resolve previous_response_id: send
 		// the thread's items instead, and the new input after them.
-		if expanded, err := adapters.ExpandPreviousResponse(body, stored()); err != nil {
+		if expanded, err := ch.ExpandPreviousResponse(body, stored()); err != nil {
 			return nil, err
 		} else if len(expanded) != len(body) {
 			body = expanded
@@ -482,14 +482,7 @@ func (t *turn) compose(rctx context.Context, ctx *fasthttp.RequestCtx, ex *excha
 		// Valid: the body was checked whole, or its new messages were
 		// (MessagesKnown), and stored messages were valid when written.
 		opts := repair.Options{ReadOnlyTools: t.up.cfg.ReadOnlyTools, Valid: true}
-		switch ad.Format() {
-		case adapters.FormatGemini:
-			rep, err = repair.Gemini(composed, opts)
-		case adapters.FormatOpenAIResponses:
-			rep, err = repair.Responses(composed, opts)
-		default:
-			rep, err = repair.OpenAIChat(composed, opts)
-		}
+		rep, err = ad.Repair(composed, opts)
 		if err != nil {
 			return nil, &apiError{status: 400, code: codeBadRequest, message: "The messages array is not a JSON array."}
 		}
@@ -630,16 +623,14 @@ func (t *turn) validBySkims(kept *cachedThread, known int, tail []byte) bool {
 	if kept == nil {
 		return false
 	}
-	f := t.ad.Format()
-	skim := skimOf(f)
 	var tailSkims []repair.Skim
 	if err := t.ad.WalkMessages(tail, func(m adapters.Message) bool {
-		tailSkims = append(tailSkims, skim(m.Raw))
+		tailSkims = append(tailSkims, t.ad.Skim(m.Raw))
 		return true
 	}); err != nil {
 		return false
 	}
-	return validSkimsAt(f, known+len(tailSkims), func(i int) *repair.Skim {
+	return t.ad.ValidSkimsAt(known+len(tailSkims), func(i int) *repair.Skim {
 		if i < known {
 			return kept.info[i].skim()
 		}
@@ -968,15 +959,7 @@ func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]b
 // replyMessages is the assembled reply as thread messages: one message, or
 // for the Responses API, its output items one by one.
 func (t *turn) replyMessages(reply []byte) [][]byte {
-	if t.ad.Format() != adapters.FormatOpenAIResponses {
-		return [][]byte{reply}
-	}
-	var out [][]byte
-	_ = t.ad.WalkMessages(reply, func(m adapters.Message) bool {
-		out = append(out, append([]byte(nil), m.Raw...))
-		return true
-	})
-	return out
+	return t.ad.ReplyMessages(reply)
 }
 
 // joinArray makes a JSON array of raw messages.
