@@ -339,7 +339,7 @@ func (g *Gemini) MissingModel(model string) (int, []byte, bool) { return 0, nil,
 // MessageText implements Adapter: the non-thought text parts.
 func (g *Gemini) MessageText(msg []byte) string {
 	var sb strings.Builder
-	appendPartsText(&sb, gjson.ParseBytes(msg).Get("parts"), true)
+	AppendPartsText(&sb, gjson.ParseBytes(msg).Get("parts"), true)
 	return sb.String()
 }
 

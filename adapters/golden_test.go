@@ -86,43 +86,9 @@ type golden struct {
 	noJSON    bool
 }
 
-var (
-	openAIAd   = NewOpenAIChat(OpenAI)
-	deepSeekAd = NewOpenAIChat(DeepSeek)
-	gemOAIAd   = NewOpenAIChat(GeminiOpenAI)
-	geminiAd   = NewGemini()
-)
+var geminiAd = NewGemini()
 
 var goldens = []golden{
-	{dir: "openai-chat", name: "text", adapter: openAIAd,
-		usage: Usage{Present: true, InputTokens: 16, OutputTokens: 300}, finish: FinishStop},
-	{dir: "openai-chat", name: "parallel-tools", adapter: openAIAd,
-		usage:  Usage{Present: true, InputTokens: 149, OutputTokens: 60},
-		finish: FinishToolCalls,
-		calls:  []ToolCall{{"call_JMW1whyEaYG438VE1OIflxA2", "GetWeatherArgs"}, {"call_DNYTawLBoN8fj3KN6qU9N1Ou", "get_stock_price"}}},
-	{dir: "openai-chat", name: "parallel-tools", sse: "parallel-tools.modern.sse", adapter: openAIAd, noJSON: true,
-		usage:  Usage{Present: true, InputTokens: 149, OutputTokens: 60},
-		finish: FinishToolCalls,
-		calls:  []ToolCall{{"call_JMW1whyEaYG438VE1OIflxA2", "GetWeatherArgs"}, {"call_DNYTawLBoN8fj3KN6qU9N1Ou", "get_stock_price"}}},
-	{dir: "openai-chat", name: "text-2024", adapter: openAIAd, expected: "-", noJSON: true,
-		usage: Usage{Present: true, InputTokens: 14, OutputTokens: 30}, finish: FinishStop},
-	{dir: "deepseek", name: "text", adapter: deepSeekAd,
-		usage: Usage{Present: true, InputTokens: 18, OutputTokens: 219, ReasoningTokens: 205}, finish: FinishStop},
-	{dir: "deepseek", name: "text", sse: "text.keepalive.sse", adapter: deepSeekAd, noJSON: true,
-		usage: Usage{Present: true, InputTokens: 18, OutputTokens: 219, ReasoningTokens: 205}, finish: FinishStop},
-	{dir: "deepseek", name: "tool-call", adapter: deepSeekAd,
-		usage:  Usage{Present: true, InputTokens: 339, OutputTokens: 83, CachedTokens: 320, ReasoningTokens: 39},
-		finish: FinishToolCalls, calls: []ToolCall{{"call_00_ioIn7yN9p1ZOMNpDLwd4MgAF", "weather"}}},
-	{dir: "deepseek", name: "parallel-tools", adapter: deepSeekAd,
-		usage:  Usage{Present: true, InputTokens: 412, OutputTokens: 97, CachedTokens: 384, ReasoningTokens: 44},
-		finish: FinishToolCalls,
-		calls:  []ToolCall{{"call_00_mZGagcs09JjCniu4IpalMdlM", "get_weather"}, {"call_01_BkHb2Q3UzGZIX5OX85BBQUIg", "get_weather"}}},
-	{dir: "gemini-openai", name: "text", adapter: gemOAIAd,
-		usage: Usage{Present: true, InputTokens: 9, OutputTokens: 23}, finish: FinishStop,
-		jsonExtra: `{"extra_content":{"google":{"thought_signature":"EjQKMgG+Pvb7jTIE4vjqfoGPCWFlBXybj9GGeZH0PyF/VwCKWplgsjvPQ0CgKW/C4SIZNBTB4JIilBSFFE19L2lhz82M3IXpmLLhiuoLof58QeerZVLv/Duz73bPyqFWxjk9BTnrReirhPWxcov/cI/NfcPEixWhsSXmYQJIkKhn"}}}`},
-	{dir: "gemini-openai", name: "parallel-tools", adapter: gemOAIAd,
-		usage: Usage{Present: true, InputTokens: 2114, OutputTokens: 38}, finish: FinishToolCalls,
-		calls: []ToolCall{{"call_291130", "get_weather"}, {"call_995178", "get_weather"}}},
 	{dir: "gemini", name: "text", adapter: geminiAd,
 		usage: Usage{Present: true, InputTokens: 9, OutputTokens: 23 + 185, ReasoningTokens: 185}, finish: FinishStop},
 	{dir: "gemini", name: "tool-call", adapter: geminiAd,

@@ -268,9 +268,9 @@ func (a *Responses) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 func (a *Responses) StripAddedUsage(event []byte) ([]byte, bool) { return event, false }
 
 // ErrorBody implements Adapter with the OpenAI error envelope
-// {"error":{"message","type","param":null,"code"}} (see OpenAIChat.ErrorBody).
+// {"error":{"message","type","param":null,"code"}} (see openaichat.ErrorBody).
 func (a *Responses) ErrorBody(status int, code, message string) []byte {
-	return (&OpenAIChat{}).ErrorBody(status, code, message)
+	return openAIErrorBody(status, code, message)
 }
 
 // StreamErrorEvent implements Adapter: an "error" event as Responses
@@ -493,7 +493,7 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 	if !st.IsArray() {
 		return incoming, nil, nil
 	}
-	stItems := elements(st)
+	stItems := Elements(st)
 	stKinds := make([]itemKind, len(stItems))
 	hasReasoning := false
 	for i, it := range stItems {
@@ -543,7 +543,7 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 			stAsst = append(stAsst, stMsg{it, rs})
 		}
 	}
-	inItems := elements(in)
+	inItems := Elements(in)
 	inKinds := make([]itemKind, len(inItems))
 	inRs := map[string]bool{}
 	for i, it := range inItems {
@@ -554,7 +554,7 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 			}
 		}
 	}
-	var edits []edit
+	var edits []Replacement
 	var restored []Restored
 	inserted := map[int]bool{}
 	shift, k := 0, -1
@@ -567,14 +567,14 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 				continue
 			}
 			sr := stItems[j].Get("encrypted_content")
-			if !usable(sr) || !dropped(it.Get("encrypted_content")) {
+			if !Usable(sr) || !Dropped(it.Get("encrypted_content")) {
 				continue
 			}
-			msg, err := setField([]byte(it.Raw), "encrypted_content", sr.Raw)
+			msg, err := SetField([]byte(it.Raw), "encrypted_content", sr.Raw)
 			if err != nil {
 				return incoming, nil, err
 			}
-			edits = append(edits, edit{it.Index, it.Index + len(it.Raw), msg})
+			edits = append(edits, Replacement{Start: it.Index, End: it.Index + len(it.Raw), Val: msg})
 			restored = append(restored, Restored{Field: FieldEncryptedContent, MessageIndex: i + shift})
 		case kindCall:
 			j, ok := callRs[it.Get("call_id").Str]
@@ -616,11 +616,11 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 		val := make([]byte, 0, len(srs.Raw)+1)
 		val = append(append(val, srs.Raw...), ',')
 		pos := inItems[at].Index
-		edits = append(edits, edit{pos, pos, val})
+		edits = append(edits, Replacement{Start: pos, End: pos, Val: val})
 		restored = append(restored, Restored{Field: FieldReasoning, MessageIndex: at + shift})
 		shift++
 	}
-	return splice(incoming, edits), restored, nil
+	return Splice(incoming, edits), restored, nil
 }
 
 // responsesSameText compares two message contents by their text: a string
@@ -663,7 +663,7 @@ func (a *Responses) MessageText(msg []byte) string {
 	var sb strings.Builder
 	gjson.ParseBytes(msg).ForEach(func(_, item gjson.Result) bool {
 		if item.Get("type").Str == "message" {
-			appendPartsText(&sb, item.Get("content"), false)
+			AppendPartsText(&sb, item.Get("content"), false)
 		}
 		return true
 	})
@@ -697,4 +697,25 @@ func (a *Responses) Skim(item []byte) repair.Skim { return repair.SkimResponses(
 // ValidSkimsAt implements Adapter.
 func (a *Responses) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
 	return repair.ValidSkimsAt(n, at)
+}
+
+// openAIErrorBody is openaichat.ErrorBody (until this format has a
+// package of its own: adapters cannot import openaichat).
+func openAIErrorBody(status int, code, message string) []byte {
+	typ := "invalid_request_error"
+	switch {
+	case status == 429:
+		typ = "rate_limit_error"
+	case status >= 500:
+		typ = "server_error"
+	}
+	b := make([]byte, 0, 96+len(message)+len(code))
+	b = append(b, `{"error":{"message":`...)
+	b = rawjson.AppendString(b, message)
+	b = append(b, `,"type":`...)
+	b = rawjson.AppendString(b, typ)
+	b = append(b, `,"param":null,"code":`...)
+	b = rawjson.AppendString(b, code)
+	b = append(b, "}}"...)
+	return b
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
+// doneMarker is the end marker of OpenAI chat streams.
+var doneMarker = []byte("[DONE]")
+
 // NewAssembler implements Adapter.
 func (a *Responses) NewAssembler() Assembler { return &responsesAssembler{} }
 

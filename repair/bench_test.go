@@ -6,31 +6,6 @@ import (
 	"testing"
 )
 
-// history500 builds a 500-message OpenAI chat history of 100 exchanges
-// (user, assistant with two calls, two results, assistant text). With
-// defects, every exchange loses a result, gains an empty assistant and an
-// orphan result.
-func history500(defects bool) []byte {
-	var b strings.Builder
-	b.WriteByte('[')
-	for i := 0; i < 100; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `{"role":"user","content":"What's the weather in city %d and its neighbour?"},`, i)
-		fmt.Fprintf(&b, `{"role":"assistant","content":null,"tool_calls":[{"id":"call_%da","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"c%d\"}"}},{"id":"call_%db","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"n%d\"}"}}]},`, i, i, i, i)
-		fmt.Fprintf(&b, `{"role":"tool","tool_call_id":"call_%da","content":"{\"temp_c\":%d,\"conditions\":\"overcast\"}"},`, i, i%30)
-		if defects {
-			fmt.Fprintf(&b, `{"role":"assistant","content":""},{"role":"tool","tool_call_id":"orphan_%d","content":"late"}`, i)
-		} else {
-			fmt.Fprintf(&b, `{"role":"tool","tool_call_id":"call_%db","content":"{\"temp_c\":%d,\"conditions\":\"clear\"}"},`, i, i%25)
-			fmt.Fprintf(&b, `{"role":"assistant","content":"City %d is overcast and its neighbour is clear."}`, i)
-		}
-	}
-	b.WriteByte(']')
-	return []byte(b.String())
-}
-
 // gemini500 is history500 for Gemini contents.
 func gemini500(defects bool) []byte {
 	var b strings.Builder
@@ -65,10 +40,8 @@ func benchRepair(b *testing.B, fn repairFunc, in []byte, wantChanged bool) {
 	}
 }
 
-func BenchmarkOpenAIChat500Clean(b *testing.B)   { benchRepair(b, OpenAIChat, history500(false), false) }
-func BenchmarkOpenAIChat500Defects(b *testing.B) { benchRepair(b, OpenAIChat, history500(true), true) }
-func BenchmarkGemini500Clean(b *testing.B)       { benchRepair(b, Gemini, gemini500(false), false) }
-func BenchmarkGemini500Defects(b *testing.B)     { benchRepair(b, Gemini, gemini500(true), true) }
+func BenchmarkGemini500Clean(b *testing.B)   { benchRepair(b, Gemini, gemini500(false), false) }
+func BenchmarkGemini500Defects(b *testing.B) { benchRepair(b, Gemini, gemini500(true), true) }
 
 // TestCleanHistoryAllocs guards the fast path: a 500-message history with
 // no defect is checked without a single allocation.
@@ -77,7 +50,7 @@ func TestCleanHistoryAllocs(t *testing.T) {
 		name string
 		fn   repairFunc
 		in   []byte
-	}{{"openai", OpenAIChat, history500(false)}, {"gemini", Gemini, gemini500(false)}, {"responses", Responses, responses500(false)}} {
+	}{{"gemini", Gemini, gemini500(false)}, {"responses", Responses, responses500(false)}} {
 		if n := strings.Count(string(c.in), `"role"`) + strings.Count(string(c.in), `"type":"function_call`) + strings.Count(string(c.in), `"type":"reasoning"`); n != 500 && n != 497 {
 			t.Fatalf("%s: %d messages, want 500", c.name, n)
 		}
@@ -91,9 +64,7 @@ func TestCleanHistoryAllocs(t *testing.T) {
 
 // TestDefectHistories checks the 500-message defect histories like any other.
 func TestDefectHistories(t *testing.T) {
-	checkProperties(t, OpenAIChat, checkOpenAIValid, history500(true), Options{})
 	checkProperties(t, Gemini, checkGeminiValid, gemini500(true), Options{})
-	checkProperties(t, OpenAIChat, checkOpenAIValid, history500(false), Options{})
 	checkProperties(t, Gemini, checkGeminiValid, gemini500(false), Options{})
 	checkProperties(t, Responses, checkResponsesValid, responses500(true), Options{})
 	checkProperties(t, Responses, checkResponsesValid, responses500(false), Options{})

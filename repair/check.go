@@ -256,6 +256,10 @@ func (c *check) done() bool {
 	return c.ok && c.p.open == 0
 }
 
+// Valid reports whether a history (a JSON array the caller has checked)
+// needs no edit under f's rules: the check Flat and Nested run first.
+func Valid(f Rules, messages []byte) bool { return valid(f, gjson.Parse(str(messages))) }
+
 // valid is the fast path: it reports whether the history needs no edit,
 // without allocating for histories with at most 256 calls in total and 16
 // in one turn.

@@ -102,67 +102,6 @@ func plainMessage(v gjson.Result) bool {
 	return true
 }
 
-// checkOpenAIValid is an independent validator of an OpenAI chat history,
-// written with encoding/json: every call id is unique, every call is
-// answered exactly once by the tool messages right after its turn, no
-// tool message stands elsewhere, and no assistant message is empty.
-func checkOpenAIValid(b []byte) error {
-	var elems []json.RawMessage
-	if err := json.Unmarshal(b, &elems); err != nil {
-		return err
-	}
-	msgs := make([]map[string]json.RawMessage, len(elems))
-	for i, e := range elems {
-		json.Unmarshal(e, &msgs[i]) // a non-object stays nil: a message of no role
-	}
-	seen := map[string]bool{}
-	var open map[string]bool
-	inBlock := false
-	for i, m := range msgs {
-		var role string
-		json.Unmarshal(m["role"], &role)
-		if role == "tool" {
-			var id string
-			json.Unmarshal(m["tool_call_id"], &id)
-			if !inBlock || !open[id] {
-				return fmt.Errorf("message %d: tool result %q without a pending call", i, id)
-			}
-			delete(open, id)
-			continue
-		}
-		if len(open) > 0 {
-			return fmt.Errorf("message %d: calls %v unanswered", i, open)
-		}
-		inBlock = false
-		if role != "assistant" {
-			continue
-		}
-		var calls []struct{ ID string }
-		json.Unmarshal(m["tool_calls"], &calls)
-		if len(calls) == 0 {
-			var c any
-			json.Unmarshal(m["content"], &c)
-			var r string
-			json.Unmarshal(m["refusal"], &r)
-			if (c == nil || c == "" || fmt.Sprint(c) == "[]") && r == "" && m["function_call"] == nil && m["audio"] == nil {
-				return fmt.Errorf("message %d: empty assistant", i)
-			}
-			continue
-		}
-		open, inBlock = map[string]bool{}, true
-		for _, c := range calls {
-			if seen[c.ID] {
-				return fmt.Errorf("message %d: call id %q reused", i, c.ID)
-			}
-			seen[c.ID], open[c.ID] = true, true
-		}
-	}
-	if len(open) > 0 {
-		return fmt.Errorf("calls %v unanswered at the end", open)
-	}
-	return nil
-}
-
 // checkGeminiValid is an independent validator of Gemini contents:
 // consecutive model contents are one turn, whose calls the next content
 // answers exactly (by id, or by name for calls without one).
@@ -239,43 +178,6 @@ func checkGeminiValid(b []byte) error {
 		return fmt.Errorf("calls %v unanswered at the end", open)
 	}
 	return nil
-}
-
-// genOpenAI turns arbitrary bytes into an OpenAI chat history drawn from
-// a small vocabulary, so fuzzing explores histories rather than syntax.
-func genOpenAI(prog []byte) []byte {
-	ids := []string{"a", "b", "c", "a_2", "b_3"}
-	names := []string{"get_weather", "delete_file"}
-	var b strings.Builder
-	b.WriteByte('[')
-	for i := 0; i < len(prog); i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		op, arg := prog[i]%8, int(prog[i]/8)
-		switch op {
-		case 0:
-			b.WriteString(`{"role":"user","content":"u` + fmt.Sprint(i) + `"}`)
-		case 1:
-			b.WriteString(`{"role":"assistant","content":"t` + fmt.Sprint(i) + `"}`)
-		case 2: // empty assistant
-			b.WriteString([]string{`{"role":"assistant","content":null}`, `{"role":"assistant","content":""}`, `{"role":"assistant"}`, `{"role":"assistant","content":[]}`}[arg%4])
-		case 3, 4: // assistant with 1..3 calls
-			b.WriteString(`{"role":"assistant","content":null,"tool_calls":[`)
-			for k := 0; k <= arg%3; k++ {
-				if k > 0 {
-					b.WriteByte(',')
-				}
-				fmt.Fprintf(&b, `{"id":%q,"type":"function","function":{"name":%q,"arguments":"{}"}}`, ids[(arg/3+k)%len(ids)], names[(arg+k)%2])
-			}
-			b.WriteString(`]}`)
-		case 5, 6, 7:
-			c := []string{`"r"`, `null`, `[{"type":"text","text":"p"}]`}[arg%3]
-			fmt.Fprintf(&b, `{"role":"tool","tool_call_id":%q,"content":%s}`, ids[(arg/3)%len(ids)], c)
-		}
-	}
-	b.WriteByte(']')
-	return []byte(b.String())
 }
 
 // genGemini is genOpenAI for Gemini contents.
@@ -358,11 +260,6 @@ func seedCorpus(f *testing.F, dir string) {
 	}
 }
 
-func FuzzOpenAIChat(f *testing.F) {
-	seedCorpus(f, "openai")
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzBody(t, data, genOpenAI, OpenAIChat, checkOpenAIValid) })
-}
-
 func FuzzGemini(f *testing.F) {
 	seedCorpus(f, "gemini")
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzBody(t, data, genGemini, Gemini, checkGeminiValid) })
@@ -376,7 +273,6 @@ func TestGeneratedHistories(t *testing.T) {
 	for range 3000 {
 		prog := make([]byte, r.Intn(24))
 		r.Read(prog)
-		checkProperties(t, OpenAIChat, checkOpenAIValid, genOpenAI(prog), Options{ReadOnlyTools: []string{"get_weather"}})
 		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
 		checkProperties(t, Responses, checkResponsesValid, genResponses(prog), Options{})
 	}
@@ -384,7 +280,6 @@ func TestGeneratedHistories(t *testing.T) {
 	var prog []byte
 	var rec func(depth int)
 	rec = func(depth int) {
-		checkProperties(t, OpenAIChat, checkOpenAIValid, genOpenAI(prog), Options{ReadOnlyTools: []string{"get_weather"}})
 		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
 		checkProperties(t, Responses, checkResponsesValid, genResponses(prog), Options{})
 		if depth == 0 {

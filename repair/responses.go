@@ -149,3 +149,16 @@ func rsOrphan(dst []byte, output gjson.Result, h string) []byte {
 	}
 	return append(b, '}')
 }
+
+// blank reports whether v is absent, null, "" or an empty array or object.
+func blank(v gjson.Result) bool {
+	switch v.Type {
+	case gjson.Null:
+		return true
+	case gjson.String:
+		return v.Str == ""
+	case gjson.JSON:
+		return EmptyContainer(v.Raw)
+	}
+	return false
+}

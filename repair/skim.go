@@ -1,19 +1,10 @@
 package repair
 
-// SkimOpenAIChat skims one OpenAI chat message (one element of messages).
-func SkimOpenAIChat(msg []byte) Skim { return SkimOf(chatRules{}, msg) }
-
 // SkimGemini skims one Gemini content (one element of contents).
 func SkimGemini(content []byte) Skim { return SkimOf(geminiRules{}, content) }
 
 // SkimResponses skims one Responses input item.
 func SkimResponses(item []byte) Skim { return SkimOf(responsesRules{}, item) }
-
-// ValidOpenAIChatSkims is ValidSkims.
-func ValidOpenAIChatSkims(skims []Skim) bool { return ValidSkims(skims) }
-
-// ValidOpenAIChatSkimsAt is ValidSkimsAt.
-func ValidOpenAIChatSkimsAt(n int, at func(int) *Skim) bool { return ValidSkimsAt(n, at) }
 
 // ValidGeminiSkims is ValidSkims.
 func ValidGeminiSkims(skims []Skim) bool { return ValidSkims(skims) }

@@ -1,4 +1,4 @@
-package adapters
+package openaichat
 
 import (
 	"bytes"
@@ -9,9 +9,9 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
-	"github.com/chronicle-proxy/chronicle/repair"
 )
 
 // ReasoningPolicy says on which assistant messages a provider wants
@@ -89,86 +89,60 @@ var (
 	OpenAICompatible = Dialect{Name: "openai-compatible", ToolOnlyContent: "null", InjectUsage: true}
 )
 
-// OpenAIChat is the adapter for OpenAI chat completions and its dialects.
-type OpenAIChat struct {
+// Adapter is the adapter for OpenAI chat completions and its dialects.
+type Adapter struct {
 	d Dialect
 }
 
-// NewOpenAIChat returns the chat-completions adapter for a dialect.
-func NewOpenAIChat(d Dialect) *OpenAIChat {
+// New returns the chat-completions adapter for a dialect.
+func New(d Dialect) *Adapter {
 	if d.ToolOnlyContent == "" {
 		d.ToolOnlyContent = "null"
 	}
-	return &OpenAIChat{d: d}
+	return &Adapter{d: d}
 }
 
-var _ Adapter = (*OpenAIChat)(nil)
+var _ adapters.Adapter = (*Adapter)(nil)
 
 // Dialect returns the adapter's configuration.
-func (a *OpenAIChat) Dialect() Dialect { return a.d }
+func (a *Adapter) Dialect() Dialect { return a.d }
 
-// Format implements Adapter.
-func (a *OpenAIChat) Format() Format { return FormatOpenAIChat }
+// Format implements adapters.Adapter.
+func (a *Adapter) Format() adapters.Format { return adapters.FormatOpenAIChat }
 
-// Classify implements Adapter: POST …/chat/completions is a turn (streaming
+// Classify implements adapters.Adapter: POST …/chat/completions is a turn (streaming
 // when the body says "stream": true); anything else passes through.
-func (a *OpenAIChat) Classify(method, path, query string, body []byte) Op {
-	return ClassifyPost(method, path, "/chat/completions", body)
+func (a *Adapter) Classify(method, path, query string, body []byte) adapters.Op {
+	return adapters.ClassifyPost(method, path, "/chat/completions", body)
 }
 
-// ClassifyPost is Classify for the OpenAI formats: a POST to a path ending
-// in suffix is a turn, streaming when the body says "stream": true;
-// anything else passes through.
-func ClassifyPost(method, path, suffix string, body []byte) Op {
-	if method != "POST" || !strings.HasSuffix(strings.TrimRight(path, "/"), suffix) {
-		return Op{Kind: OpPassThrough}
-	}
-	model, stream := rawjson.ModelAndStream(body)
-	op := Op{Kind: OpGenerate, Model: model}
-	if stream {
-		op.Stream, op.Framing = true, FramingSSE
-	}
-	return op
-}
-
-// Messages implements Adapter.
-func (a *OpenAIChat) Messages(body []byte) ([]byte, bool) {
+// Messages implements adapters.Adapter.
+func (a *Adapter) Messages(body []byte) ([]byte, bool) {
 	msgs, _, ok := a.MessagesKnown(body, nil)
 	return msgs, ok
 }
 
-// MessagesKnown implements Adapter.
-func (a *OpenAIChat) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
-	return KnownArray(body, "messages", known)
+// MessagesKnown implements adapters.Adapter.
+func (a *Adapter) MessagesKnown(body []byte, known [][]byte) ([]byte, adapters.Prefix, bool) {
+	return adapters.KnownArray(body, "messages", known)
 }
 
-// SetMessages implements Adapter.
-func (a *OpenAIChat) SetMessages(body, messages []byte) ([]byte, error) {
-	return SetRaw(body, "messages", messages)
+// SetMessages implements adapters.Adapter.
+func (a *Adapter) SetMessages(body, messages []byte) ([]byte, error) {
+	return adapters.SetRaw(body, "messages", messages)
 }
 
-// System implements Adapter; OpenAI system prompts are messages.
-func (a *OpenAIChat) System(body []byte) []byte { return nil }
+// System implements adapters.Adapter; OpenAI system prompts are messages.
+func (a *Adapter) System(body []byte) []byte { return nil }
 
-// SetSystem implements Adapter as a no-op.
-func (a *OpenAIChat) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
+// SetSystem implements adapters.Adapter as a no-op.
+func (a *Adapter) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
 
-func SetRaw(body []byte, path string, value []byte) ([]byte, error) {
-	if !jsonscan.Valid(value) {
-		return nil, fmt.Errorf("set %s: %w", path, ErrInvalidJSON)
-	}
-	out, err := sjson.SetRawBytes(body, path, value)
-	if err != nil {
-		return nil, fmt.Errorf("set %s: %w", path, err)
-	}
-	return out, nil
-}
-
-// WalkMessages implements Adapter. Calls come from tool_calls (and the
+// WalkMessages implements adapters.Adapter. Calls come from tool_calls (and the
 // legacy function_call), results from role "tool" (tool_call_id) and role
 // "function" (name).
-func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error {
-	return WalkElements(messages, "messages", openAIElement, fn)
+func (a *Adapter) WalkMessages(messages []byte, fn func(adapters.Message) bool) error {
+	return adapters.WalkElements(messages, "messages", openAIElement, fn)
 }
 
 // openAIElement reads one message for WalkMessages. Its frame is gone
@@ -177,7 +151,7 @@ func (a *OpenAIChat) WalkMessages(messages []byte, fn func(Message) bool) error 
 // frame here, in the deepest path of a stream's finish).
 //
 //go:noinline
-func openAIElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+func openAIElement(raw []byte, i int, calls []adapters.ToolCall, results []adapters.ToolResult) adapters.Message {
 	var fields openAIFields
 	if f, ok := rawjson.MemberValues(raw, "role", "tool_calls", "function_call", "content", "tool_call_id", "name"); ok {
 		fields = openAIFields{role: rawjson.Str(f[0]), toolCalls: rawjson.Str(f[1]), functionCall: rawjson.Str(f[2]),
@@ -204,19 +178,19 @@ func openAIFieldsOf(m gjson.Result) openAIFields {
 
 // openAIMessage is one message read from its fields; calls and results
 // are reused for its lists.
-func openAIMessage(f *openAIFields, raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+func openAIMessage(f *openAIFields, raw []byte, i int, calls []adapters.ToolCall, results []adapters.ToolResult) adapters.Message {
 	role := rawjson.Role(gjson.Parse(f.role))
 	if f.toolCalls != "" {
 		calls = appendOpenAICalls(calls, f.toolCalls)
 	}
 	if strings.HasPrefix(f.functionCall, "{") {
-		calls = append(calls, ToolCall{Name: gjson.Get(f.functionCall, "name").String()})
+		calls = append(calls, adapters.ToolCall{Name: gjson.Get(f.functionCall, "name").String()})
 	}
 	switch role {
 	case "tool":
-		results = append(results, ToolResult{CallID: gjson.Parse(f.toolCallID).String()})
+		results = append(results, adapters.ToolResult{CallID: gjson.Parse(f.toolCallID).String()})
 	case "function":
-		results = append(results, ToolResult{Name: gjson.Parse(f.name).String()})
+		results = append(results, adapters.ToolResult{Name: gjson.Parse(f.name).String()})
 	}
 	var empty bool
 	if strings.HasPrefix(f.content, `"`) {
@@ -225,18 +199,18 @@ func openAIMessage(f *openAIFields, raw []byte, i int, calls []ToolCall, results
 	} else {
 		empty = openAIEmptyText(gjson.Parse(f.content))
 	}
-	return Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results, EmptyText: empty}
+	return adapters.Message{Index: i, Raw: raw, Role: role, Calls: calls, Results: results, EmptyText: empty}
 }
 
 // appendOpenAICalls appends the calls of a tool_calls array. It walks the
 // raw JSON: gjson's ForEach and Get took 2 KiB of stack here, on the path
 // of a stream's finish (see openAIUsage).
-func appendOpenAICalls(calls []ToolCall, toolCalls string) []ToolCall {
+func appendOpenAICalls(calls []adapters.ToolCall, toolCalls string) []adapters.ToolCall {
 	rawjson.EachElement(toolCalls, func(c string) bool {
 		id, _ := rawjson.Member(c, "id")
 		fn, _ := rawjson.Member(c, "function")
 		name, _ := rawjson.Member(fn, "name")
-		calls = append(calls, ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
+		calls = append(calls, adapters.ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
 		return true
 	})
 	return calls
@@ -261,12 +235,12 @@ func openAIEmptyText(c gjson.Result) bool {
 	return true
 }
 
-// PrepareUpstream implements Adapter: it sets the dialect's session field
+// PrepareUpstream implements adapters.Adapter: it sets the dialect's session field
 // unless the client set one (then the client's value is what the upstream
 // receives), returns the session headers, and for streams adds
 // stream_options.include_usage when the dialect wants it and the client did
 // not ask for it.
-func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
+func (a *Adapter) PrepareUpstream(body []byte, p adapters.Prepare) (adapters.Upstream, error) {
 	sessionID, stream := p.SessionID, p.Stream
 	// The common case: every member to add is plainly absent, and one
 	// copy into p.Buf adds them all (with p.Splice, no copy).
@@ -281,7 +255,7 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		n++
 	}
 	if n > 0 {
-		var up Upstream
+		var up adapters.Upstream
 		var ok bool
 		if p.Splice {
 			up.Body = body
@@ -292,7 +266,7 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		if ok {
 			up.AddedUsage = stream && a.d.InjectUsage
 			for _, h := range a.d.SessionHeaders {
-				up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})
+				up.Headers = append(up.Headers, adapters.Header{Name: h, Value: sessionID})
 			}
 			if a.d.SessionField != "" || len(up.Headers) > 0 {
 				up.SessionID = sessionID
@@ -301,7 +275,7 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		}
 	}
 
-	up := Upstream{Body: body}
+	up := adapters.Upstream{Body: body}
 	var err error
 	if a.d.SessionField != "" && sessionID != "" {
 		if out, ok := rawjson.InsertAbsentKey(up.Body, p.Messages, a.d.SessionField, rawjson.PlainString(sessionID)); ok {
@@ -310,14 +284,14 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 			up.SessionID = cur.String()
 		} else {
 			if up.Body, err = sjson.SetBytes(up.Body, a.d.SessionField, sessionID); err != nil {
-				return Upstream{}, fmt.Errorf("set %s: %w", a.d.SessionField, err)
+				return adapters.Upstream{}, fmt.Errorf("set %s: %w", a.d.SessionField, err)
 			}
 			up.SessionID = sessionID
 		}
 	}
 	if sessionID != "" {
 		for _, h := range a.d.SessionHeaders {
-			up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})
+			up.Headers = append(up.Headers, adapters.Header{Name: h, Value: sessionID})
 		}
 		if up.SessionID == "" && len(up.Headers) > 0 {
 			up.SessionID = sessionID
@@ -337,7 +311,7 @@ func (a *OpenAIChat) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 	}
 	if stream && a.d.InjectUsage && !rawjson.Get(body, "stream_options.include_usage").Bool() {
 		if up.Body, err = sjson.SetBytes(up.Body, "stream_options.include_usage", true); err != nil {
-			return Upstream{}, fmt.Errorf("set include_usage: %w", err)
+			return adapters.Upstream{}, fmt.Errorf("set include_usage: %w", err)
 		}
 		up.AddedUsage = true
 	}
@@ -352,12 +326,12 @@ var (
 	emptyList    = []byte(`"choices":[]`)
 )
 
-// StripAddedUsage implements Adapter for a stream where chronicle added
+// StripAddedUsage implements adapters.Adapter for a stream where chronicle added
 // include_usage: given one raw SSE event, it reports drop for the
 // usage-only chunk (choices empty, usage set) and otherwise removes the
 // top-level "usage":null member. It edits event in place (out aliases
 // event) and never allocates. Events without either are returned as is.
-func (a *OpenAIChat) StripAddedUsage(event []byte) ([]byte, bool) {
+func (a *Adapter) StripAddedUsage(event []byte) ([]byte, bool) {
 	if bytes.Contains(event, emptyList) {
 		data := eventData(event)
 		if u := rawjson.Get(data, "usage"); u.IsObject() && rawjson.Get(data, "choices.#").Int() == 0 {
@@ -422,10 +396,18 @@ func removeMember(b []byte, start, end int) []byte {
 	return b[:start+n]
 }
 
-// ErrorBody implements Adapter: {"error":{"message","type","param":null,"code"}}.
+// ErrorBody implements adapters.Adapter: {"error":{"message","type","param":null,"code"}}.
 // type is "invalid_request_error" for 4xx (OpenAI uses it for 401 too),
 // "rate_limit_error" for 429 and "server_error" for 5xx.
-func (a *OpenAIChat) ErrorBody(status int, code, message string) []byte {
+func (a *Adapter) ErrorBody(status int, code, message string) []byte {
+	return ErrorBody(status, code, message)
+}
+
+// ErrorBody is OpenAI's error envelope, which the Responses API shares:
+// {"error":{"message","type","param":null,"code"}}, type
+// "invalid_request_error" for 4xx (OpenAI uses it for 401 too),
+// "rate_limit_error" for 429 and "server_error" for 5xx.
+func ErrorBody(status int, code, message string) []byte {
 	typ := "invalid_request_error"
 	switch {
 	case status == 429:
@@ -444,20 +426,20 @@ func (a *OpenAIChat) ErrorBody(status int, code, message string) []byte {
 	return b
 }
 
-// StreamErrorEvent implements Adapter: a data event whose JSON has a
+// StreamErrorEvent implements adapters.Adapter: a data event whose JSON has a
 // top-level error (openai-node throws it as APIError).
-func (a *OpenAIChat) StreamErrorEvent(status int, code, message string) []byte {
+func (a *Adapter) StreamErrorEvent(status int, code, message string) []byte {
 	b := append([]byte("data: "), a.ErrorBody(status, code, message)...)
 	return append(b, "\n\n"...)
 }
 
-// ParseResponse implements Adapter for a non-stream chat completion. The
+// ParseResponse implements adapters.Adapter for a non-stream chat completion. The
 // message is choices[0].message, compacted, minus what only responses
 // carry: "refusal":null, "annotations":[], tool_calls[].index; "content"
 // is added as null when absent.
-func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
+func (a *Adapter) ParseResponse(body []byte) (adapters.Turn, error) {
 	if !jsonscan.Valid(body) {
-		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
+		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrInvalidJSON)
 	}
 	if t, ok := parseOpenAIAnswer(body); ok {
 		return t, nil
@@ -466,14 +448,14 @@ func (a *OpenAIChat) ParseResponse(body []byte) (Turn, error) {
 }
 
 // parseOpenAIResponse is ParseResponse through gjson, for any valid body.
-func parseOpenAIResponse(body []byte) (Turn, error) {
+func parseOpenAIResponse(body []byte) (adapters.Turn, error) {
 	if e := rawjson.Get(body, "error"); e.Exists() && e.Type != gjson.Null {
-		return Turn{Finish: FinishError, Terminal: true, Error: append([]byte(nil), e.Raw...)}, nil
+		return adapters.Turn{Finish: adapters.FinishError, Terminal: true, Error: append([]byte(nil), e.Raw...)}, nil
 	}
 	choice := rawjson.Get(body, "choices.0")
 	msgR := choice.Get("message")
 	if !msgR.IsObject() {
-		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrNoAnswer)
 	}
 	// The body is valid JSON (checked above), so the message is too.
 	msg := rawjson.Compact(make([]byte, 0, len(msgR.Raw)), rawjson.BytesOf(msgR.Raw))
@@ -492,14 +474,14 @@ func parseOpenAIResponse(body []byte) (Turn, error) {
 	}
 	if !rawjson.Get(msg, "content").Exists() {
 		if msg, err = sjson.SetRawBytes(msg, "content", []byte("null")); err != nil {
-			return Turn{}, fmt.Errorf("parse response: %w", err)
+			return adapters.Turn{}, fmt.Errorf("parse response: %w", err)
 		}
 	}
-	t := Turn{Message: msg, Terminal: true}
+	t := adapters.Turn{Message: msg, Terminal: true}
 	t.Usage = openAIUsage(rawjson.Get(body, "usage"))
 	t.FinishRaw = choice.Get("finish_reason").String()
 	rawjson.Get(msg, "tool_calls").ForEach(func(_, c gjson.Result) bool {
-		t.ToolCalls = append(t.ToolCalls, ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
+		t.ToolCalls = append(t.ToolCalls, adapters.ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
 		return true
 	})
 	t.Finish = openAIFinish(t.FinishRaw, len(t.ToolCalls) > 0)
@@ -513,27 +495,27 @@ func parseOpenAIResponse(body []byte) (Turn, error) {
 // ok is false for anything else (an error body, tool calls, escaped keys,
 // unusual shapes), and parseOpenAIResponse answers; both give the same
 // Turn.
-func parseOpenAIAnswer(body []byte) (Turn, bool) {
+func parseOpenAIAnswer(body []byte) (adapters.Turn, bool) {
 	if bytes.Contains(body, toolCallsKey) {
-		return Turn{}, false // (or a string that says so: the slow path is right either way)
+		return adapters.Turn{}, false // (or a string that says so: the slow path is right either way)
 	}
 	top, ok := rawjson.MemberValues(body, "error", "choices", "usage")
 	if !ok || top[0] != nil || len(top[1]) < 2 || top[1][0] != '[' {
-		return Turn{}, false
+		return adapters.Turn{}, false
 	}
 	i := rawjson.SkipSpace(top[1], 1)
 	end, ok := rawjson.SkipValue(top[1], i)
 	if !ok || top[1][i] != '{' {
-		return Turn{}, false
+		return adapters.Turn{}, false
 	}
 	choice, ok := rawjson.MemberValues(top[1][i:end], "message", "finish_reason")
 	if !ok || len(choice[0]) == 0 || choice[0][0] != '{' {
-		return Turn{}, false
+		return adapters.Turn{}, false
 	}
 	finish := ""
 	if f := choice[1]; f != nil {
 		if len(f) < 2 || f[0] != '"' || bytes.IndexByte(f, '\\') >= 0 {
-			return Turn{}, false
+			return adapters.Turn{}, false
 		}
 		finish = string(f[1 : len(f)-1])
 	}
@@ -565,7 +547,7 @@ func parseOpenAIAnswer(body []byte) (Turn, bool) {
 			return false, end
 		})
 		if refusals > 1 || annotations > 1 {
-			return Turn{}, false // duplicate keys: leave them to sjson
+			return adapters.Turn{}, false // duplicate keys: leave them to sjson
 		}
 		msg = append(out, '}')
 	}
@@ -576,7 +558,7 @@ func parseOpenAIAnswer(body []byte) (Turn, bool) {
 			msg = append(msg[:len(msg)-1], `"content":null}`...)
 		}
 	}
-	t := Turn{Message: msg, Terminal: true, FinishRaw: finish}
+	t := adapters.Turn{Message: msg, Terminal: true, FinishRaw: finish}
 	if top[2] != nil {
 		t.Usage = openAIUsage(gjson.Parse(rawjson.Str(top[2])))
 	}
@@ -585,16 +567,16 @@ func parseOpenAIAnswer(body []byte) (Turn, bool) {
 }
 
 // openAIUsage reads an OpenAI/DeepSeek usage object.
-func openAIUsage(u gjson.Result) Usage {
+func openAIUsage(u gjson.Result) adapters.Usage {
 	if !u.IsObject() {
-		return Usage{}
+		return adapters.Usage{}
 	}
 	// Read with the raw member walker, not gjson's ForEach and Get: this
 	// runs in a stream's relay on the connection's goroutine, and gjson's
 	// path to a number (Get, parseObject, strconv.ParseFloat) took 2 KiB of
 	// stack there, enough to push the deepest path of a stream past the
 	// 8 KiB its goroutine keeps (docs/design.md).
-	us := Usage{Present: true}
+	us := adapters.Usage{Present: true}
 	rawjson.EachMember(u.Raw, func(key, v string) bool {
 		switch rawjson.KeyName(key) {
 		case "prompt_tokens":
@@ -619,80 +601,70 @@ func openAIUsage(u gjson.Result) Usage {
 }
 
 // openAIFinish maps a finish_reason.
-func openAIFinish(raw string, hasCalls bool) FinishReason {
-	var f FinishReason
+func openAIFinish(raw string, hasCalls bool) adapters.FinishReason {
+	var f adapters.FinishReason
 	switch raw {
 	case "":
-		return FinishNone
+		return adapters.FinishNone
 	case "stop":
-		f = FinishStop
+		f = adapters.FinishStop
 	case "length":
-		f = FinishLength
+		f = adapters.FinishLength
 	case "tool_calls", "function_call":
-		f = FinishToolCalls
+		f = adapters.FinishToolCalls
 	case "content_filter":
-		f = FinishContentFilter
+		f = adapters.FinishContentFilter
 	default:
-		f = FinishError
+		f = adapters.FinishError
 	}
-	if hasCalls && f == FinishStop {
-		f = FinishToolCalls
+	if hasCalls && f == adapters.FinishStop {
+		f = adapters.FinishToolCalls
 	}
 	return f
 }
 
-// ShapeProblem implements Adapter.
-func (a *OpenAIChat) ShapeProblem(body []byte) string {
-	return HistoryShapeProblem(body, "messages", `The request body must be a JSON object with a "messages" array.`)
+// ShapeProblem implements adapters.Adapter.
+func (a *Adapter) ShapeProblem(body []byte) string {
+	return adapters.HistoryShapeProblem(body, "messages", `The request body must be a JSON object with a "messages" array.`)
 }
 
-// MissingModel implements Adapter: OpenAI's own refusal (400, byte for
+// MissingModel implements adapters.Adapter: OpenAI's own refusal (400, byte for
 // byte what api.openai.com answers); other dialects are left to their
 // upstream.
-func (a *OpenAIChat) MissingModel(model string) (int, []byte, bool) {
+func (a *Adapter) MissingModel(model string) (int, []byte, bool) {
 	if model != "" || a.d.Name != OpenAI.Name {
 		return 0, nil, false
 	}
 	return 400, []byte(`{"error":{"message":"you must provide a model parameter","type":"invalid_request_error","param":null,"code":null}}`), true
 }
 
-// MessageText implements Adapter: the content, a string or its text parts.
-func (a *OpenAIChat) MessageText(msg []byte) string {
+// MessageText implements adapters.Adapter: the content, a string or its text parts.
+func (a *Adapter) MessageText(msg []byte) string {
 	c := gjson.ParseBytes(msg).Get("content")
 	if c.Type == gjson.String {
 		return c.Str
 	}
 	var sb strings.Builder
-	appendPartsText(&sb, c, false)
+	adapters.AppendPartsText(&sb, c, false)
 	return sb.String()
 }
 
-// appendPartsText appends the text of each part that has one, leaving out
-// thought parts when skipThoughts.
-func appendPartsText(sb *strings.Builder, parts gjson.Result, skipThoughts bool) {
-	parts.ForEach(func(_, p gjson.Result) bool {
-		if skipThoughts && p.Get("thought").Bool() {
-			return true
-		}
-		if t := p.Get("text"); t.Type == gjson.String {
-			sb.WriteString(t.Str)
-		}
-		return true
-	})
-}
+// ReplyMessages implements adapters.Adapter: the reply is one message.
+func (a *Adapter) ReplyMessages(reply []byte) [][]byte { return [][]byte{reply} }
 
-// ReplyMessages implements Adapter: the reply is one message.
-func (a *OpenAIChat) ReplyMessages(reply []byte) [][]byte { return [][]byte{reply} }
+// Wire is the OpenAI chat completions format, as adapters/formats
+// registers it. Its dialects are named by Dialect.Name; "" is OpenAI.
+var Wire = adapters.Wire{Format: adapters.FormatOpenAIChat, New: newWire}
 
-// Repair implements Adapter.
-func (a *OpenAIChat) Repair(messages []byte, opts repair.Options) (repair.Result, error) {
-	return repair.OpenAIChat(messages, opts)
-}
+// dialects are the presets by name.
+var dialects = map[string]Dialect{"": OpenAI, OpenAI.Name: OpenAI, DeepSeek.Name: DeepSeek,
+	GeminiOpenAI.Name: GeminiOpenAI, OpenAICompatible.Name: OpenAICompatible}
 
-// Skim implements Adapter.
-func (a *OpenAIChat) Skim(msg []byte) repair.Skim { return repair.SkimOpenAIChat(msg) }
-
-// ValidSkimsAt implements Adapter.
-func (a *OpenAIChat) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
-	return repair.ValidSkimsAt(n, at)
+func newWire(dialect string, sessionHeaders []string) (adapters.Adapter, bool) {
+	d, ok := dialects[dialect]
+	if !ok {
+		return nil, false
+	}
+	d.SessionHeaders = append(append([]string(nil), d.SessionHeaders...), sessionHeaders...)
+	return New(d), true
 }

@@ -1,4 +1,4 @@
-package adapters
+package openaichat
 
 import (
 	"bytes"
@@ -6,12 +6,13 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
-// NewAssembler implements Adapter.
-func (a *OpenAIChat) NewAssembler() Assembler { return &openAIAssembler{d: &a.d} }
+// NewAssembler implements adapters.Adapter.
+func (a *Adapter) NewAssembler() adapters.Assembler { return &openAIAssembler{d: &a.d} }
 
 // openAIAssembler rebuilds the assistant message from chat-completion
 // chunks the way the official SDKs do: content, reasoning_content and
@@ -34,7 +35,7 @@ type openAIAssembler struct {
 	ncalls int
 	extras kvList
 
-	usage     Usage
+	usage     adapters.Usage
 	finishRaw []byte
 	done      bool
 	errRaw    []byte
@@ -100,7 +101,7 @@ func (s *openAIAssembler) Reset() {
 	s.contentSeen, s.reasoningSeen, s.refusalSeen = false, false, false
 	s.ncalls = 0
 	s.extras.reset()
-	s.usage = Usage{}
+	s.usage = adapters.Usage{}
 	s.finishRaw = s.finishRaw[:0]
 	s.done = false
 	s.errRaw = s.errRaw[:0]
@@ -114,7 +115,7 @@ func (s *openAIAssembler) Feed(data []byte) error {
 		return nil
 	}
 	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
-		return fmt.Errorf("openai chunk: %w", ErrInvalidJSON)
+		return fmt.Errorf("openai chunk: %w", adapters.ErrInvalidJSON)
 	}
 	rawjson.EachMember(rawjson.Str(data), func(k, v string) bool {
 		switch k {
@@ -264,7 +265,7 @@ func (s *openAIAssembler) toolCall(tc string) {
 }
 
 // Result implements Assembler.
-func (s *openAIAssembler) Result() Turn {
+func (s *openAIAssembler) Result() adapters.Turn {
 	m := make([]byte, 0, 64+len(s.content)+len(s.reasoning)+len(s.refusal)+s.callsSize())
 	m = append(m, `{"role":"assistant","content":`...)
 	switch {
@@ -285,7 +286,7 @@ func (s *openAIAssembler) Result() Turn {
 		m = append(m, `,"refusal":`...)
 		m = rawjson.AppendQuoted(m, s.refusal)
 	}
-	t := Turn{}
+	t := adapters.Turn{}
 	if s.ncalls > 0 {
 		m = append(m, `,"tool_calls":[`...)
 		for i := 0; i < s.ncalls; i++ {
@@ -312,7 +313,7 @@ func (s *openAIAssembler) Result() Turn {
 			m = append(m, '}')
 			m = c.extra.appendTo(m)
 			m = append(m, '}')
-			t.ToolCalls = append(t.ToolCalls, ToolCall{
+			t.ToolCalls = append(t.ToolCalls, adapters.ToolCall{
 				ID:   gjson.Parse(string(c.id)).String(),
 				Name: gjson.Parse(`"` + string(c.name) + `"`).String(),
 			})
@@ -328,7 +329,7 @@ func (s *openAIAssembler) Result() Turn {
 	t.Terminal = s.done || (s.d.DoneOptional && len(s.finishRaw) > 0)
 	if len(s.errRaw) > 0 {
 		t.Error = append([]byte(nil), s.errRaw...)
-		t.Finish = FinishError
+		t.Finish = adapters.FinishError
 	}
 	return t
 }

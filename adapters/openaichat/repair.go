@@ -1,8 +1,9 @@
-package repair
+package openaichat
 
 import (
 	"strconv"
 
+	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -20,10 +21,10 @@ type oaMsg struct {
 
 func parseOA(v gjson.Result) oaMsg {
 	m := oaMsg{raw: v.Raw}
-	Members(v.Raw, func(k, val string) bool {
+	repair.Members(v.Raw, func(k, val string) bool {
 		switch k {
 		case "role":
-			m.role = StringValue(val)
+			m.role = repair.StringValue(val)
 		case "content":
 			m.content = val
 		case "tool_calls":
@@ -31,7 +32,7 @@ func parseOA(v gjson.Result) oaMsg {
 		case "tool_call_id":
 			m.toolCallID = val
 		case "refusal", "function_call", "audio":
-			if !Blank(val) {
+			if !repair.Blank(val) {
 				m.other = true
 			}
 		}
@@ -48,81 +49,89 @@ func blank(v gjson.Result) bool {
 	case gjson.String:
 		return v.Str == ""
 	case gjson.JSON:
-		return EmptyContainer(v.Raw)
+		return repair.EmptyContainer(v.Raw)
 	}
 	return false
 }
 
 func (m *oaMsg) hasCalls() bool {
-	return m.role == "assistant" && len(m.toolCalls) > 0 && m.toolCalls[0] == '[' && !EmptyContainer(m.toolCalls)
+	return m.role == "assistant" && len(m.toolCalls) > 0 && m.toolCalls[0] == '[' && !repair.EmptyContainer(m.toolCalls)
 }
 
 func (m *oaMsg) empty() bool {
-	return m.role == "assistant" && !m.hasCalls() && Blank(m.content) && !m.other
+	return m.role == "assistant" && !m.hasCalls() && repair.Blank(m.content) && !m.other
 }
 
-// chatRules are repair's rules for OpenAI chat messages.
+// Repair implements adapters.Adapter: an OpenAI chat messages array (also
+// DeepSeek and other OpenAI-compatible endpoints) repaired with chatRules.
+func (a *Adapter) Repair(messages []byte, opts repair.Options) (repair.Result, error) {
+	return repair.Flat(rules, messages, opts)
+}
+
+// Skim implements adapters.Adapter.
+func (a *Adapter) Skim(msg []byte) repair.Skim { return repair.SkimOf(rules, msg) }
+
+// ValidSkimsAt implements adapters.Adapter.
+func (a *Adapter) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
+	return repair.ValidSkimsAt(n, at)
+}
+
+// chatRules are the repair rules of OpenAI chat messages: a tool message
+// is a result, an assistant message with tool_calls a turn of its own.
 type chatRules struct{}
 
-// Scan implements Rules: a tool message is a result, an assistant message
-// with tool_calls a turn of its own.
-func (chatRules) Scan(v gjson.Result, s *Scanner) {
+// rules is the value handed to repair.
+var rules chatRules
+
+// Scan implements repair.Rules.
+func (chatRules) Scan(v gjson.Result, s *repair.Scanner) {
 	m := parseOA(v)
 	switch {
 	case m.role == "tool":
-		s.Element(RoleResult)
-		s.Result(StringValue(m.toolCallID), "", true)
+		s.Element(repair.RoleResult)
+		s.Result(repair.StringValue(m.toolCallID), "", true)
 	case m.hasCalls():
-		s.Element(RoleTurn)
+		s.Element(repair.RoleTurn)
 		gjson.Parse(m.toolCalls).ForEach(func(_, c gjson.Result) bool {
 			name := ""
 			if s.Names() {
 				name = c.Get("function.name").Str
 			}
-			s.Call(StringValue(c.Get("id").Raw), name, true)
+			s.Call(repair.StringValue(c.Get("id").Raw), name, true)
 			return s.OK()
 		})
 	default:
-		s.Element(RoleOther)
+		s.Element(repair.RoleOther)
 		if m.empty() {
 			s.Empty()
 		}
 	}
 }
 
-// RenameCall implements FlatRules.
+// RenameCall implements repair.FlatRules.
 func (chatRules) RenameCall(el string, call int, id string) string {
 	out, _ := sjson.Set(el, "tool_calls."+strconv.Itoa(call)+".id", id)
 	return out
 }
 
-// RenameResult implements FlatRules.
+// RenameResult implements repair.FlatRules.
 func (chatRules) RenameResult(el string, id string) string {
 	out, _ := sjson.Set(el, "tool_call_id", id)
 	return out
 }
 
-// AppendSynthetic implements FlatRules: {"role":"tool","tool_call_id":ID,"content":TEXT}.
+// AppendSynthetic implements repair.FlatRules: {"role":"tool","tool_call_id":ID,"content":TEXT}.
 func (chatRules) AppendSynthetic(dst []byte, id, text string) []byte {
 	dst = append(dst, `{"role":"tool","tool_call_id":`...)
-	dst = AppendString(dst, id)
+	dst = repair.AppendString(dst, id)
 	dst = append(dst, `,"content":`...)
-	dst = AppendString(dst, text)
+	dst = repair.AppendString(dst, text)
 	return append(dst, '}')
 }
 
-// AppendOrphan implements FlatRules.
+// AppendOrphan implements repair.FlatRules.
 func (chatRules) AppendOrphan(dst []byte, el, header string) []byte {
 	return oaOrphan(dst, gjson.Parse(parseOA(gjson.Parse(el)).content), header)
-}
-
-func oaValid(arr gjson.Result) bool { return valid(chatRules{}, arr) }
-
-// OpenAIChat repairs an OpenAI chat `messages` array (also DeepSeek and
-// other OpenAI-compatible endpoints). See the package documentation for
-// the rules.
-func OpenAIChat(messages []byte, opts Options) (Result, error) {
-	return Flat(chatRules{}, messages, opts)
 }
 
 // oaOrphan builds the user note that replaces a tool message whose call is
@@ -131,16 +140,16 @@ func oaOrphan(dst []byte, content gjson.Result, h string) []byte {
 	b := append(dst, `{"role":"user","content":`...)
 	switch {
 	case content.Type == gjson.String:
-		b = AppendString(b, h+"\n"+content.Str)
-	case content.IsArray() && !EmptyContainer(content.Raw):
+		b = repair.AppendString(b, h+"\n"+content.Str)
+	case content.IsArray() && !repair.EmptyContainer(content.Raw):
 		b = append(b, `[{"type":"text","text":`...)
-		b = AppendString(b, h)
+		b = repair.AppendString(b, h)
 		b = append(b, `},`...)
 		b = append(b, content.Raw[1:]...) // the original parts, then ']'
 	case blank(content):
-		b = AppendString(b, h)
+		b = repair.AppendString(b, h)
 	default:
-		b = AppendString(b, h+"\n"+content.Raw)
+		b = repair.AppendString(b, h+"\n"+content.Raw)
 	}
 	return append(b, '}')
 }
