@@ -52,17 +52,6 @@ func fuzzAssembler(f *testing.F, ad Adapter, seeds ...string) {
 	})
 }
 
-func FuzzGeminiAssembler(f *testing.F) {
-	fuzzAssembler(f, geminiAd,
-		`{"candidates": [{"content": {"parts": [{"text": "**T**","thought": true}],"role": "model"},"index": 0}]}`+"\n"+
-			`{"candidates": [{"content": {"parts": [{"text": "hi \"x\""},{"functionCall": {"name": "f","args": {"a": 1}},"thoughtSignature": "S"}],"role": "model"}}]}`+"\n"+
-			`{"candidates": [{"content": {"parts": [{"text": "","thoughtSignature": "T"}],"role": "model"},"finishReason": "STOP"}],"usageMetadata": {"promptTokenCount": 2,"thoughtsTokenCount": 1}}`,
-		`{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f","args":{}},"thoughtSignature":"S"}]},{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}`,
-		`[{"candidates": [{"content": {"parts": [{"text": "a"}]},"finishReason": "STOP"}]}]`,
-		`{"promptFeedback": {"blockReason": "SAFETY"}}`,
-	)
-}
-
 func FuzzArrayReader(f *testing.F) {
 	f.Add([]byte("[{\"a\": [1, \"]\"]}\r\n,\r\n{\"b\": \"\\\"\"}\n]\n"), uint8(3))
 	f.Add([]byte("[]"), uint8(1))

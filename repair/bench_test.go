@@ -6,27 +6,6 @@ import (
 	"testing"
 )
 
-// gemini500 is history500 for Gemini contents.
-func gemini500(defects bool) []byte {
-	var b strings.Builder
-	b.WriteByte('[')
-	for i := 0; i < 125; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `{"role":"user","parts":[{"text":"What's the weather in city %d and its neighbour?"}]},`, i)
-		fmt.Fprintf(&b, `{"role":"model","parts":[{"functionCall":{"id":"fc_%da","name":"get_weather","args":{"city":"c%d"}},"thoughtSignature":"c2lnbmF0dXJl"},{"functionCall":{"id":"fc_%db","name":"get_weather","args":{"city":"n%d"}}}]},`, i, i, i, i)
-		if defects {
-			fmt.Fprintf(&b, `{"role":"model","parts":[]},{"role":"user","parts":[{"functionResponse":{"id":"fc_%da","name":"get_weather","response":{"temp_c":%d}}}]}`, i, i%30)
-		} else {
-			fmt.Fprintf(&b, `{"role":"user","parts":[{"functionResponse":{"id":"fc_%da","name":"get_weather","response":{"temp_c":%d}}},{"functionResponse":{"id":"fc_%db","name":"get_weather","response":{"temp_c":%d}}}]},`, i, i%30, i, i%25)
-			fmt.Fprintf(&b, `{"role":"model","parts":[{"text":"City %d is overcast and its neighbour is clear."}]}`, i)
-		}
-	}
-	b.WriteByte(']')
-	return []byte(b.String())
-}
-
 func benchRepair(b *testing.B, fn repairFunc, in []byte, wantChanged bool) {
 	opts := Options{ReadOnlyTools: []string{"get_weather"}}
 	r, err := fn(in, opts)
@@ -40,9 +19,6 @@ func benchRepair(b *testing.B, fn repairFunc, in []byte, wantChanged bool) {
 	}
 }
 
-func BenchmarkGemini500Clean(b *testing.B)   { benchRepair(b, Gemini, gemini500(false), false) }
-func BenchmarkGemini500Defects(b *testing.B) { benchRepair(b, Gemini, gemini500(true), true) }
-
 // TestCleanHistoryAllocs guards the fast path: a 500-message history with
 // no defect is checked without a single allocation.
 func TestCleanHistoryAllocs(t *testing.T) {
@@ -50,7 +26,7 @@ func TestCleanHistoryAllocs(t *testing.T) {
 		name string
 		fn   repairFunc
 		in   []byte
-	}{{"gemini", Gemini, gemini500(false)}, {"responses", Responses, responses500(false)}} {
+	}{{"responses", Responses, responses500(false)}} {
 		if n := strings.Count(string(c.in), `"role"`) + strings.Count(string(c.in), `"type":"function_call`) + strings.Count(string(c.in), `"type":"reasoning"`); n != 500 && n != 497 {
 			t.Fatalf("%s: %d messages, want 500", c.name, n)
 		}
@@ -64,8 +40,6 @@ func TestCleanHistoryAllocs(t *testing.T) {
 
 // TestDefectHistories checks the 500-message defect histories like any other.
 func TestDefectHistories(t *testing.T) {
-	checkProperties(t, Gemini, checkGeminiValid, gemini500(true), Options{})
-	checkProperties(t, Gemini, checkGeminiValid, gemini500(false), Options{})
 	checkProperties(t, Responses, checkResponsesValid, responses500(true), Options{})
 	checkProperties(t, Responses, checkResponsesValid, responses500(false), Options{})
 }

@@ -48,7 +48,6 @@ var formats = []struct {
 	fn  repairFunc
 	chk func([]byte) error
 }{
-	{"gemini", Gemini, checkGeminiValid},
 	{"responses", Responses, checkResponsesValid},
 }
 

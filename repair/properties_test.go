@@ -102,139 +102,6 @@ func plainMessage(v gjson.Result) bool {
 	return true
 }
 
-// checkGeminiValid is an independent validator of Gemini contents:
-// consecutive model contents are one turn, whose calls the next content
-// answers exactly (by id, or by name for calls without one).
-func checkGeminiValid(b []byte) error {
-	type fn struct {
-		ID, Name string
-	}
-	type content struct {
-		Role  string
-		Parts []map[string]json.RawMessage
-	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(b, &elems); err != nil {
-		return err
-	}
-	cs := make([]content, len(elems))
-	for i, e := range elems {
-		json.Unmarshal(e, &cs[i]) // what does not fit stays zero, as repair sees it
-	}
-	seen := map[string]bool{}
-	var open []fn
-	for i, c := range cs {
-		if open != nil && c.Role != "model" {
-			for _, p := range c.Parts {
-				if p["functionResponse"] == nil {
-					continue
-				}
-				var r fn
-				json.Unmarshal(p["functionResponse"], &r)
-				j := 0
-				for ; j < len(open); j++ {
-					if (r.ID != "" && open[j].ID == r.ID) || (r.ID == "" && open[j].ID == "" && open[j].Name == r.Name) {
-						break
-					}
-				}
-				if j == len(open) {
-					return fmt.Errorf("content %d: response %v matches no pending call", i, r)
-				}
-				open = append(open[:j], open[j+1:]...)
-			}
-			if len(open) > 0 {
-				return fmt.Errorf("content %d: calls %v unanswered", i, open)
-			}
-			open = nil
-			continue
-		}
-		empty := true
-		for _, p := range c.Parts {
-			if p["functionResponse"] != nil {
-				return fmt.Errorf("content %d: response without a pending call", i)
-			}
-			for k, v := range p {
-				if k != "thought" && k != "thoughtSignature" && (k != "text" || string(v) != `""`) {
-					empty = false
-				}
-			}
-			if c.Role == "model" && p["functionCall"] != nil {
-				var f fn
-				json.Unmarshal(p["functionCall"], &f)
-				if f.ID != "" {
-					if seen[f.ID] {
-						return fmt.Errorf("content %d: call id %q reused", i, f.ID)
-					}
-					seen[f.ID] = true
-				}
-				open = append(open, f)
-			}
-		}
-		if c.Role == "model" && empty {
-			return fmt.Errorf("content %d: empty model content", i)
-		}
-	}
-	if len(open) > 0 {
-		return fmt.Errorf("calls %v unanswered at the end", open)
-	}
-	return nil
-}
-
-// genGemini is genOpenAI for Gemini contents.
-func genGemini(prog []byte) []byte {
-	ids := []string{"", "f1", "f2", "f1_2", ""}
-	names := []string{"get_weather", "get_time"}
-	part := func(kind string, arg int) string {
-		id := ids[arg%len(ids)]
-		s := fmt.Sprintf(`{%q:{"name":%q`, kind, names[(arg/5)%2])
-		if id != "" {
-			s += fmt.Sprintf(`,"id":%q`, id)
-		}
-		if kind == "functionCall" {
-			return s + `,"args":{}}}`
-		}
-		return s + `,"response":{"r":1}}}`
-	}
-	var b strings.Builder
-	b.WriteByte('[')
-	for i := 0; i < len(prog); i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		op, arg := prog[i]%8, int(prog[i]/8)
-		switch op {
-		case 0:
-			b.WriteString(`{"role":"user","parts":[{"text":"u"}]}`)
-		case 1:
-			b.WriteString(`{"role":"model","parts":[{"text":"t"}]}`)
-		case 2:
-			b.WriteString([]string{`{"role":"model","parts":[]}`, `{"role":"model"}`, `{"role":"model","parts":[{"text":""}]}`, `{"role":"model","parts":[{"text":"","thoughtSignature":"x"}]}`}[arg%4])
-		case 3, 4:
-			b.WriteString(`{"role":"model","parts":[`)
-			for k := 0; k <= arg%3; k++ {
-				if k > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString(part("functionCall", arg/3+k))
-			}
-			b.WriteString(`]}`)
-		case 5, 6:
-			b.WriteString(`{"role":"user","parts":[`)
-			for k := 0; k <= arg%2; k++ {
-				if k > 0 {
-					b.WriteByte(',')
-				}
-				b.WriteString(part("functionResponse", arg/2+k))
-			}
-			b.WriteString(`]}`)
-		case 7:
-			b.WriteString(`{"role":"user","parts":[{"text":"x"},` + part("functionResponse", arg) + `]}`)
-		}
-	}
-	b.WriteByte(']')
-	return []byte(b.String())
-}
-
 func fuzzBody(t *testing.T, data []byte, gen func([]byte) []byte, fn repairFunc, valid func([]byte) error) {
 	in := data
 	if !gjson.ValidBytes(data) {
@@ -260,11 +127,6 @@ func seedCorpus(f *testing.F, dir string) {
 	}
 }
 
-func FuzzGemini(f *testing.F) {
-	seedCorpus(f, "gemini")
-	f.Fuzz(func(t *testing.T, data []byte) { fuzzBody(t, data, genGemini, Gemini, checkGeminiValid) })
-}
-
 // TestGeneratedHistories runs the properties over every history of up
 // to three steps the generators can make from a set of single-byte ops,
 // then over random longer programs.
@@ -273,14 +135,12 @@ func TestGeneratedHistories(t *testing.T) {
 	for range 3000 {
 		prog := make([]byte, r.Intn(24))
 		r.Read(prog)
-		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
 		checkProperties(t, Responses, checkResponsesValid, genResponses(prog), Options{})
 	}
 	ops := []byte{0, 1, 2, 3, 3 + 8, 3 + 8*5, 4 + 8*2, 5, 5 + 8*3, 6 + 8, 7, 7 + 8*4, 2 + 8, 4 + 8*7}
 	var prog []byte
 	var rec func(depth int)
 	rec = func(depth int) {
-		checkProperties(t, Gemini, checkGeminiValid, genGemini(prog), Options{})
 		checkProperties(t, Responses, checkResponsesValid, genResponses(prog), Options{})
 		if depth == 0 {
 			return

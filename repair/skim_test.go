@@ -20,7 +20,6 @@ type skimFormat struct {
 }
 
 var skimFormats = []skimFormat{
-	{"gemini", SkimGemini, ValidGeminiSkims, gmValid, genGemini, "gemini"},
 	{"responses", SkimResponses, ValidResponsesSkims, rsValid, genResponses, "responses"},
 }
 
@@ -100,7 +99,6 @@ func TestSkimPlain(t *testing.T) {
 	}{
 		{SkimResponses, `{"type":"message","role":"user","content":"hi"}`, true},
 		{SkimResponses, `{"type":"function_call_output","call_id":"c1","output":"42"}`, false},
-		{SkimGemini, `{"role":"user","parts":[{"text":"hi"}]}`, false},
 	} {
 		if got := c.skim([]byte(c.msg)).Plain(); got != c.want {
 			t.Errorf("Plain(%s) = %v, want %v", c.msg, got, c.want)

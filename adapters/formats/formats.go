@@ -10,11 +10,12 @@ import (
 	"bytes"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/gemini"
 	"github.com/chronicle-proxy/chronicle/adapters/openaichat"
 )
 
 // wires are the formats, each as its package exports it.
-var wires = []adapters.Wire{openaichat.Wire, geminiWire, responsesWire}
+var wires = []adapters.Wire{openaichat.Wire, gemini.Wire, responsesWire}
 
 // byFormat is each format's adapter in its default dialect.
 var byFormat = func() map[adapters.Format]adapters.Adapter {
@@ -81,7 +82,7 @@ var providers = map[string][]route{
 	"gemini": {
 		// Gemini's OpenAI-compatible endpoint, under …/openai/.
 		{openaichat.Wire, openaichat.GeminiOpenAI.Name, underOpenAI},
-		{geminiWire, "", nil},
+		{gemini.Wire, "", nil},
 	},
 }
 

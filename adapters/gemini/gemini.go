@@ -1,4 +1,4 @@
-package adapters
+package gemini
 
 import (
 	"fmt"
@@ -8,76 +8,76 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
-	"github.com/chronicle-proxy/chronicle/repair"
 )
 
-// Gemini is the adapter for the Gemini native API (generateContent,
+// Adapter is the adapter for the Gemini native API (generateContent,
 // streamGenerateContent with and without alt=sse).
-type Gemini struct {
+type Adapter struct {
 	// SessionHeaders are headers set to the session id; none by default
 	// (Gemini caches by prefix).
 	SessionHeaders []string
 }
 
-// NewGemini returns the Gemini native adapter.
-func NewGemini() *Gemini { return &Gemini{} }
+// New returns the Gemini native adapter.
+func New() *Adapter { return &Adapter{} }
 
-var _ Adapter = (*Gemini)(nil)
+var _ adapters.Adapter = (*Adapter)(nil)
 
-// Format implements Adapter.
-func (g *Gemini) Format() Format { return FormatGemini }
+// Format implements adapters.Adapter.
+func (g *Adapter) Format() adapters.Format { return adapters.FormatGemini }
 
-// Classify implements Adapter: POST …/models/{model}:generateContent is a
+// Classify implements adapters.Adapter: POST …/models/{model}:generateContent is a
 // non-stream turn, :streamGenerateContent a stream — SSE with alt=sse, a
 // JSON array without. Anything else (countTokens, embedContent, model
 // lists) passes through.
-func (g *Gemini) Classify(method, path, query string, body []byte) Op {
+func (g *Adapter) Classify(method, path, query string, body []byte) adapters.Op {
 	if method != "POST" {
-		return Op{Kind: OpPassThrough}
+		return adapters.Op{Kind: adapters.OpPassThrough}
 	}
 	i := strings.LastIndex(path, "/models/")
 	if i < 0 {
-		return Op{Kind: OpPassThrough}
+		return adapters.Op{Kind: adapters.OpPassThrough}
 	}
 	rest := path[i+len("/models/"):]
 	j := strings.LastIndexByte(rest, ':')
 	if j < 0 {
-		return Op{Kind: OpPassThrough}
+		return adapters.Op{Kind: adapters.OpPassThrough}
 	}
 	model, verb := rest[:j], rest[j+1:]
 	switch verb {
 	case "generateContent":
-		return Op{Kind: OpGenerate, Model: model}
+		return adapters.Op{Kind: adapters.OpGenerate, Model: model}
 	case "streamGenerateContent":
-		op := Op{Kind: OpGenerate, Stream: true, Framing: FramingJSONArray, Model: model}
+		op := adapters.Op{Kind: adapters.OpGenerate, Stream: true, Framing: adapters.FramingJSONArray, Model: model}
 		if q, err := url.ParseQuery(query); err == nil && q.Get("alt") == "sse" {
-			op.Framing = FramingSSE
+			op.Framing = adapters.FramingSSE
 		}
 		return op
 	}
-	return Op{Kind: OpPassThrough}
+	return adapters.Op{Kind: adapters.OpPassThrough}
 }
 
-// Messages implements Adapter: the contents array.
-func (g *Gemini) Messages(body []byte) ([]byte, bool) {
+// Messages implements adapters.Adapter: the contents array.
+func (g *Adapter) Messages(body []byte) ([]byte, bool) {
 	msgs, _, ok := g.MessagesKnown(body, nil)
 	return msgs, ok
 }
 
-// MessagesKnown implements Adapter.
-func (g *Gemini) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
-	return KnownArray(body, "contents", known)
+// MessagesKnown implements adapters.Adapter.
+func (g *Adapter) MessagesKnown(body []byte, known [][]byte) ([]byte, adapters.Prefix, bool) {
+	return adapters.KnownArray(body, "contents", known)
 }
 
-// SetMessages implements Adapter.
-func (g *Gemini) SetMessages(body, messages []byte) ([]byte, error) {
-	return SetRaw(body, "contents", messages)
+// SetMessages implements adapters.Adapter.
+func (g *Adapter) SetMessages(body, messages []byte) ([]byte, error) {
+	return adapters.SetRaw(body, "contents", messages)
 }
 
-// System implements Adapter: the raw systemInstruction, nil when absent.
-func (g *Gemini) System(body []byte) []byte {
+// System implements adapters.Adapter: the raw systemInstruction, nil when absent.
+func (g *Adapter) System(body []byte) []byte {
 	r := rawjson.Get(body, "systemInstruction")
 	if !r.Exists() || r.Type == gjson.Null {
 		return nil
@@ -85,8 +85,8 @@ func (g *Gemini) System(body []byte) []byte {
 	return rawjson.RawSlice(body, r)
 }
 
-// SetSystem implements Adapter; nil deletes systemInstruction.
-func (g *Gemini) SetSystem(body, system []byte) ([]byte, error) {
+// SetSystem implements adapters.Adapter; nil deletes systemInstruction.
+func (g *Adapter) SetSystem(body, system []byte) ([]byte, error) {
 	if system == nil {
 		if !rawjson.Get(body, "systemInstruction").Exists() {
 			return body, nil
@@ -97,20 +97,20 @@ func (g *Gemini) SetSystem(body, system []byte) ([]byte, error) {
 		}
 		return out, nil
 	}
-	return SetRaw(body, "systemInstruction", system)
+	return adapters.SetRaw(body, "systemInstruction", system)
 }
 
-// WalkMessages implements Adapter. Calls are functionCall parts, results
+// WalkMessages implements adapters.Adapter. Calls are functionCall parts, results
 // functionResponse parts; IDs are functionCall.id / functionResponse.id
 // where the client sent them, else "".
-func (g *Gemini) WalkMessages(messages []byte, fn func(Message) bool) error {
-	return WalkElements(messages, "contents", geminiElement, fn)
+func (g *Adapter) WalkMessages(messages []byte, fn func(adapters.Message) bool) error {
+	return adapters.WalkElements(messages, "contents", geminiElement, fn)
 }
 
 // geminiElement reads one content for WalkMessages.
 //
 //go:noinline
-func geminiElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+func geminiElement(raw []byte, i int, calls []adapters.ToolCall, results []adapters.ToolResult) adapters.Message {
 	content := rawjson.Str(raw)
 	empty := true
 	parts, _ := rawjson.Member(content, "parts")
@@ -126,12 +126,12 @@ func geminiElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Me
 		if fc, _ := rawjson.Member(p, "functionCall"); rawjson.IsObject(fc) {
 			id, _ := rawjson.Member(fc, "id")
 			name, _ := rawjson.Member(fc, "name")
-			calls = append(calls, ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
+			calls = append(calls, adapters.ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
 		}
 		if fr, _ := rawjson.Member(p, "functionResponse"); rawjson.IsObject(fr) {
 			id, _ := rawjson.Member(fr, "id")
 			name, _ := rawjson.Member(fr, "name")
-			results = append(results, ToolResult{CallID: rawjson.String(id), Name: rawjson.String(name)})
+			results = append(results, adapters.ToolResult{CallID: rawjson.String(id), Name: rawjson.String(name)})
 		}
 		if t, _ := rawjson.Member(p, "text"); rawjson.IsString(t) && t != `""` {
 			if thought, _ := rawjson.Member(p, "thought"); !jsonBool(thought) {
@@ -141,7 +141,7 @@ func geminiElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Me
 		return true
 	})
 	role, _ := rawjson.Member(content, "role")
-	return Message{Index: i, Raw: raw, Role: rawjson.Role(gjson.Parse(role)), Calls: calls, Results: results, EmptyText: empty}
+	return adapters.Message{Index: i, Raw: raw, Role: rawjson.Role(gjson.Parse(role)), Calls: calls, Results: results, EmptyText: empty}
 }
 
 // jsonBool is gjson's Bool of one raw JSON value.
@@ -155,22 +155,22 @@ func jsonBool(v string) bool {
 	return gjson.Parse(v).Bool()
 }
 
-// PrepareUpstream implements Adapter: Gemini reports usage on every chunk
+// PrepareUpstream implements adapters.Adapter: Gemini reports usage on every chunk
 // and caches by prefix, so only the configured session headers apply.
-func (g *Gemini) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
-	up := Upstream{Body: body}
+func (g *Adapter) PrepareUpstream(body []byte, p adapters.Prepare) (adapters.Upstream, error) {
+	up := adapters.Upstream{Body: body}
 	sessionID := p.SessionID
 	if sessionID != "" && len(g.SessionHeaders) > 0 {
 		for _, h := range g.SessionHeaders {
-			up.Headers = append(up.Headers, Header{Name: h, Value: sessionID})
+			up.Headers = append(up.Headers, adapters.Header{Name: h, Value: sessionID})
 		}
 		up.SessionID = sessionID
 	}
 	return up, nil
 }
 
-// StripAddedUsage implements Adapter; Gemini never needs it.
-func (g *Gemini) StripAddedUsage(event []byte) ([]byte, bool) { return event, false }
+// StripAddedUsage implements adapters.Adapter; Gemini never needs it.
+func (g *Adapter) StripAddedUsage(event []byte) ([]byte, bool) { return event, false }
 
 // GoogleStatus is the canonical gRPC status name Google uses for an HTTP
 // status (DESIGN.md "Status codes").
@@ -203,9 +203,9 @@ func GoogleStatus(status int) string {
 	return "FAILED_PRECONDITION"
 }
 
-// ErrorBody implements Adapter: Google's envelope with chronicle's code as
+// ErrorBody implements adapters.Adapter: Google's envelope with chronicle's code as
 // a google.rpc.ErrorInfo reason in upper case (thread_busy → THREAD_BUSY).
-func (g *Gemini) ErrorBody(status int, code, message string) []byte {
+func (g *Adapter) ErrorBody(status int, code, message string) []byte {
 	b := make([]byte, 0, 192+len(message)+len(code))
 	b = append(b, `{"error":{"code":`...)
 	b = fmt.Appendf(b, "%d", status)
@@ -219,20 +219,20 @@ func (g *Gemini) ErrorBody(status int, code, message string) []byte {
 	return b
 }
 
-// StreamErrorEvent implements Adapter: the error envelope as an SSE data
+// StreamErrorEvent implements adapters.Adapter: the error envelope as an SSE data
 // event, framed with CRLF like Gemini's own events. (For a JSON-array stream
 // the proxy writes "," + ErrorBody + "]" instead.)
-func (g *Gemini) StreamErrorEvent(status int, code, message string) []byte {
+func (g *Adapter) StreamErrorEvent(status int, code, message string) []byte {
 	b := append([]byte("data: "), g.ErrorBody(status, code, message)...)
 	return append(b, "\r\n\r\n"...)
 }
 
-// ParseResponse implements Adapter for a generateContent body: the message
+// ParseResponse implements adapters.Adapter for a generateContent body: the message
 // is candidates[0].content, compacted ({"parts":[],"role":"model"} when the
 // candidate has none).
-func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
+func (g *Adapter) ParseResponse(body []byte) (adapters.Turn, error) {
 	if !jsonscan.Valid(body) {
-		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
+		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrInvalidJSON)
 	}
 	root := gjson.Parse(rawjson.Str(body))
 	if root.IsArray() { // an error body wrapped in an array, or a buffered stream
@@ -246,9 +246,9 @@ func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
 		return t, err
 	}
 	if e := root.Get("error"); e.Exists() && e.Type != gjson.Null {
-		return Turn{Finish: FinishError, Terminal: true, Error: []byte(e.Raw)}, nil
+		return adapters.Turn{Finish: adapters.FinishError, Terminal: true, Error: []byte(e.Raw)}, nil
 	}
-	t := Turn{Terminal: true}
+	t := adapters.Turn{Terminal: true}
 	cand := root.Get("candidates.0")
 	content := cand.Get("content")
 	if content.IsObject() {
@@ -265,7 +265,7 @@ func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
 	}
 	content.Get("parts").ForEach(func(_, p gjson.Result) bool {
 		if fc := p.Get("functionCall"); fc.IsObject() {
-			t.ToolCalls = append(t.ToolCalls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
+			t.ToolCalls = append(t.ToolCalls, adapters.ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
 		}
 		return true
 	})
@@ -274,11 +274,11 @@ func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
 	if t.FinishRaw == "" {
 		t.FinishRaw = root.Get("promptFeedback.blockReason").String()
 		if t.FinishRaw != "" {
-			t.Finish = FinishContentFilter
+			t.Finish = adapters.FinishContentFilter
 			return t, nil
 		}
 		if !cand.Exists() {
-			return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+			return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrNoAnswer)
 		}
 	}
 	t.Finish = geminiFinish(t.FinishRaw, len(t.ToolCalls) > 0)
@@ -286,11 +286,11 @@ func (g *Gemini) ParseResponse(body []byte) (Turn, error) {
 }
 
 // geminiUsage reads usageMetadata. Output counts thought tokens too.
-func geminiUsage(u gjson.Result) Usage {
+func geminiUsage(u gjson.Result) adapters.Usage {
 	if !u.IsObject() {
-		return Usage{}
+		return adapters.Usage{}
 	}
-	us := Usage{Present: true}
+	us := adapters.Usage{Present: true}
 	var cand int64
 	u.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
@@ -310,51 +310,51 @@ func geminiUsage(u gjson.Result) Usage {
 }
 
 // geminiFinish maps a candidate finishReason.
-func geminiFinish(raw string, hasCalls bool) FinishReason {
+func geminiFinish(raw string, hasCalls bool) adapters.FinishReason {
 	switch raw {
 	case "":
-		return FinishNone
+		return adapters.FinishNone
 	case "STOP":
 		if hasCalls {
-			return FinishToolCalls
+			return adapters.FinishToolCalls
 		}
-		return FinishStop
+		return adapters.FinishStop
 	case "MAX_TOKENS":
-		return FinishLength
+		return adapters.FinishLength
 	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE",
 		"IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION":
-		return FinishContentFilter
+		return adapters.FinishContentFilter
 	}
-	return FinishError
+	return adapters.FinishError
 }
 
-// ShapeProblem implements Adapter.
-func (g *Gemini) ShapeProblem(body []byte) string {
-	return HistoryShapeProblem(body, "contents", `The request body must be a JSON object with a "contents" array.`)
+// ShapeProblem implements adapters.Adapter.
+func (g *Adapter) ShapeProblem(body []byte) string {
+	return adapters.HistoryShapeProblem(body, "contents", `The request body must be a JSON object with a "contents" array.`)
 }
 
-// MissingModel implements Adapter: Gemini names the model in the path.
-func (g *Gemini) MissingModel(model string) (int, []byte, bool) { return 0, nil, false }
+// MissingModel implements adapters.Adapter: Gemini names the model in the path.
+func (g *Adapter) MissingModel(model string) (int, []byte, bool) { return 0, nil, false }
 
-// MessageText implements Adapter: the non-thought text parts.
-func (g *Gemini) MessageText(msg []byte) string {
+// MessageText implements adapters.Adapter: the non-thought text parts.
+func (g *Adapter) MessageText(msg []byte) string {
 	var sb strings.Builder
-	AppendPartsText(&sb, gjson.ParseBytes(msg).Get("parts"), true)
+	adapters.AppendPartsText(&sb, gjson.ParseBytes(msg).Get("parts"), true)
 	return sb.String()
 }
 
-// ReplyMessages implements Adapter: the reply is one content.
-func (g *Gemini) ReplyMessages(reply []byte) [][]byte { return [][]byte{reply} }
+// ReplyMessages implements adapters.Adapter: the reply is one content.
+func (g *Adapter) ReplyMessages(reply []byte) [][]byte { return [][]byte{reply} }
 
-// Repair implements Adapter.
-func (g *Gemini) Repair(contents []byte, opts repair.Options) (repair.Result, error) {
-	return repair.Gemini(contents, opts)
-}
+// Wire is the Gemini native format, as adapters/formats registers it. It
+// has one dialect, "".
+var Wire = adapters.Wire{Format: adapters.FormatGemini, New: newWire}
 
-// Skim implements Adapter.
-func (g *Gemini) Skim(content []byte) repair.Skim { return repair.SkimGemini(content) }
-
-// ValidSkimsAt implements Adapter.
-func (g *Gemini) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
-	return repair.ValidSkimsAt(n, at)
+func newWire(dialect string, sessionHeaders []string) (adapters.Adapter, bool) {
+	if dialect != "" {
+		return nil, false
+	}
+	g := New()
+	g.SessionHeaders = append([]string(nil), sessionHeaders...)
+	return g, true
 }

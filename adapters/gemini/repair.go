@@ -1,6 +1,8 @@
-package repair
+package gemini
 
 import (
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
+	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -29,7 +31,7 @@ func parseGMPart(v gjson.Result) gmPart {
 		return p
 	}
 	p.empty = true
-	Members(v.Raw, func(k, val string) bool {
+	repair.Members(v.Raw, func(k, val string) bool {
 		switch k {
 		case "functionCall", "functionResponse":
 			p.empty = false
@@ -40,13 +42,13 @@ func parseGMPart(v gjson.Result) gmPart {
 			if k == "functionResponse" {
 				p.kind = gpResponse
 			}
-			Members(val, func(k2, v2 string) bool {
+			repair.Members(val, func(k2, v2 string) bool {
 				switch k2 {
 				case "id":
-					p.id = StringValue(v2)
+					p.id = repair.StringValue(v2)
 					p.hasID = p.id != ""
 				case "name":
-					p.name = StringValue(v2)
+					p.name = repair.StringValue(v2)
 				case "response":
 					p.response = v2
 				}
@@ -74,10 +76,10 @@ type gmContent struct {
 
 func parseGM(v gjson.Result) gmContent {
 	c := gmContent{raw: v.Raw}
-	Members(v.Raw, func(k, val string) bool {
+	repair.Members(v.Raw, func(k, val string) bool {
 		switch k {
 		case "role":
-			c.model = StringValue(val) == "model"
+			c.model = repair.StringValue(val) == "model"
 		case "parts":
 			c.parts = gjson.Parse(val)
 		}
@@ -86,21 +88,40 @@ func parseGM(v gjson.Result) gmContent {
 	return c
 }
 
-// geminiRules are repair's rules for Gemini contents.
+// Repair implements adapters.Adapter: a contents array repaired with
+// geminiRules. A function result is a functionResponse part in a user
+// content, matched to its functionCall by id when it has one, otherwise by
+// name and order.
+func (g *Adapter) Repair(contents []byte, opts repair.Options) (repair.Result, error) {
+	return repair.Nested(rules, contents, opts)
+}
+
+// Skim implements adapters.Adapter.
+func (g *Adapter) Skim(content []byte) repair.Skim { return repair.SkimOf(rules, content) }
+
+// ValidSkimsAt implements adapters.Adapter.
+func (g *Adapter) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
+	return repair.ValidSkimsAt(n, at)
+}
+
+// geminiRules are the repair rules of Gemini contents.
 type geminiRules struct{}
 
-// Scan implements Rules: a model content is part of a turn (consecutive
+// rules is the value handed to repair.
+var rules geminiRules
+
+// Scan implements repair.Rules: a model content is part of a turn (consecutive
 // model contents form one: @google/genai's Chat keeps one model content
 // per streamed chunk), any other content the block of the turn before it.
-func (geminiRules) Scan(v gjson.Result, s *Scanner) {
+func (geminiRules) Scan(v gjson.Result, s *repair.Scanner) {
 	c := parseGM(v)
 	if c.model {
-		s.Element(RoleTurnPart)
+		s.Element(repair.RoleTurnPart)
 	} else {
-		s.Element(RoleBlock)
+		s.Element(repair.RoleBlock)
 	}
 	empty := true
-	Each(c.parts, func(pv gjson.Result) bool {
+	repair.Each(c.parts, func(pv gjson.Result) bool {
 		s.Part(pv.Raw)
 		gp := parseGMPart(pv)
 		empty = empty && gp.empty
@@ -117,65 +138,55 @@ func (geminiRules) Scan(v gjson.Result, s *Scanner) {
 	}
 }
 
-// RenameCall implements NestedRules.
+// RenameCall implements repair.NestedRules.
 func (geminiRules) RenameCall(p string, id string) string {
 	out, _ := sjson.Set(p, "functionCall.id", id)
 	return out
 }
 
-// RenameResult implements NestedRules.
+// RenameResult implements repair.NestedRules.
 func (geminiRules) RenameResult(p string, id string) string {
 	out, _ := sjson.Set(p, "functionResponse.id", id)
 	return out
 }
 
-// AppendSynthetic implements NestedRules:
+// AppendSynthetic implements repair.NestedRules:
 // {"functionResponse":{"id":ID,"name":NAME,"response":{"error":TEXT}}},
 // "id" only when the call has one.
-func (geminiRules) AppendSynthetic(dst []byte, c Call, text string) []byte {
+func (geminiRules) AppendSynthetic(dst []byte, c repair.Call, text string) []byte {
 	dst = append(dst, `{"functionResponse":{`...)
 	if c.ID != "" {
 		dst = append(dst, `"id":`...)
-		dst = AppendString(dst, c.ID)
+		dst = repair.AppendString(dst, c.ID)
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `"name":`...)
-	dst = AppendString(dst, c.Name)
+	dst = repair.AppendString(dst, c.Name)
 	dst = append(dst, `,"response":{"error":`...)
-	dst = AppendString(dst, text)
+	dst = repair.AppendString(dst, text)
 	return append(dst, `}}}`...)
 }
 
-// AppendOrphan implements NestedRules: a text part, the compacted JSON of
+// AppendOrphan implements repair.NestedRules: a text part, the compacted JSON of
 // functionResponse.response after the header.
 func (geminiRules) AppendOrphan(dst []byte, p, header string) []byte {
 	dst = append(dst, `{"text":`...)
 	if resp := parseGMPart(gjson.Parse(p)).response; resp != "" {
 		header += "\n" + gjson.Get(resp, "@ugly").Raw
 	}
-	dst = AppendString(dst, header)
+	dst = repair.AppendString(dst, header)
 	return append(dst, '}')
 }
 
-// SetParts implements NestedRules.
+// SetParts implements repair.NestedRules.
 func (geminiRules) SetParts(el string, parts []byte) string {
-	out, _ := sjson.SetRaw(el, "parts", str(parts))
+	out, _ := sjson.SetRaw(el, "parts", rawjson.Str(parts))
 	return out
 }
 
-// AppendBlock implements NestedRules: {"role":"user","parts":PARTS}.
+// AppendBlock implements repair.NestedRules: {"role":"user","parts":PARTS}.
 func (geminiRules) AppendBlock(dst []byte, parts []byte) []byte {
 	dst = append(dst, `{"role":"user","parts":`...)
 	dst = append(dst, parts...)
 	return append(dst, '}')
-}
-
-func gmValid(arr gjson.Result) bool { return valid(geminiRules{}, arr) }
-
-// Gemini repairs a Gemini native `contents` array. A function result is a
-// functionResponse part in a user content, matched to its functionCall by
-// `id` when it has one, otherwise by name and order. See the package
-// documentation for the rules.
-func Gemini(contents []byte, opts Options) (Result, error) {
-	return Nested(geminiRules{}, contents, opts)
 }

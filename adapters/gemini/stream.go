@@ -1,4 +1,4 @@
-package adapters
+package gemini
 
 import (
 	"bytes"
@@ -6,12 +6,13 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
-// NewAssembler implements Adapter.
-func (g *Gemini) NewAssembler() Assembler { return &geminiAssembler{} }
+// NewAssembler implements adapters.Adapter.
+func (g *Adapter) NewAssembler() adapters.Assembler { return &geminiAssembler{} }
 
 // geminiAssembler merges the parts of streamed GenerateContentResponse
 // chunks into one model Content, as @ai-sdk/google replays it: consecutive
@@ -26,7 +27,7 @@ type geminiAssembler struct {
 	parts  []gPart
 	nparts int
 
-	usage     Usage
+	usage     adapters.Usage
 	finishRaw []byte
 	blocked   bool
 	errRaw    []byte
@@ -43,7 +44,7 @@ type gPart struct {
 // Reset implements Assembler.
 func (s *geminiAssembler) Reset() {
 	s.nparts = 0
-	s.usage = Usage{}
+	s.usage = adapters.Usage{}
 	s.finishRaw = s.finishRaw[:0]
 	s.blocked = false
 	s.errRaw = s.errRaw[:0]
@@ -55,7 +56,7 @@ func (s *geminiAssembler) Reset() {
 func (s *geminiAssembler) Feed(data []byte) error {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
-		return fmt.Errorf("gemini chunk: %w", ErrInvalidJSON)
+		return fmt.Errorf("gemini chunk: %w", adapters.ErrInvalidJSON)
 	}
 	rawjson.EachMember(rawjson.Str(data), func(k, v string) bool {
 		switch k {
@@ -164,14 +165,14 @@ func (s *geminiAssembler) newPart() *gPart {
 }
 
 // Result implements Assembler.
-func (s *geminiAssembler) Result() Turn {
+func (s *geminiAssembler) Result() adapters.Turn {
 	size := 32
 	for i := 0; i < s.nparts; i++ {
 		size += 48 + len(s.parts[i].body) + len(s.parts[i].sig)
 	}
 	m := make([]byte, 0, size)
 	m = append(m, `{"role":"model","parts":[`...)
-	var t Turn
+	var t adapters.Turn
 	for i := 0; i < s.nparts; i++ {
 		p := &s.parts[i]
 		if i > 0 {
@@ -180,7 +181,7 @@ func (s *geminiAssembler) Result() Turn {
 		if !p.text {
 			m = append(m, p.body...)
 			if fc := rawjson.Get(p.body, "functionCall"); fc.IsObject() {
-				t.ToolCalls = append(t.ToolCalls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
+				t.ToolCalls = append(t.ToolCalls, adapters.ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
 			}
 			continue
 		}
@@ -200,14 +201,14 @@ func (s *geminiAssembler) Result() Turn {
 	t.Usage = s.usage
 	t.FinishRaw = string(s.finishRaw)
 	if s.blocked {
-		t.Finish = FinishContentFilter
+		t.Finish = adapters.FinishContentFilter
 	} else {
 		t.Finish = geminiFinish(t.FinishRaw, len(t.ToolCalls) > 0)
 	}
 	t.Terminal = len(s.finishRaw) > 0
 	if len(s.errRaw) > 0 {
 		t.Error = append([]byte(nil), s.errRaw...)
-		t.Finish = FinishError
+		t.Finish = adapters.FinishError
 	}
 	return t
 }

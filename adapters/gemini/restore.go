@@ -1,21 +1,22 @@
-package adapters
+package gemini
 
 import (
 	"bytes"
 	"fmt"
 	"strconv"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
 
-// Restorable implements Adapter.
-func (g *Gemini) Restorable(stored []byte) bool {
+// Restorable implements adapters.Adapter.
+func (g *Adapter) Restorable(stored []byte) bool {
 	return bytes.Contains(stored, []byte(`"thoughtSignature"`))
 }
 
-// Restore implements Adapter for Gemini contents. An incoming model Content
+// Restore implements adapters.Adapter for Gemini contents. An incoming model Content
 // matches a stored one by functionCall ids where it has them, else the
 // stored model Content at the same position among model Contents when their
 // non-thought parts are canonically equal (text equal, function names
@@ -23,13 +24,13 @@ func (g *Gemini) Restorable(stored []byte) bool {
 // thoughtSignature on functionCall parts (aligned by order), on non-empty
 // text parts and on thought parts (aligned by order when the counts agree).
 // The model does not select anything: Gemini wants signatures back always.
-func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
+func (g *Adapter) Restore(incoming, stored []byte, model string) ([]byte, []adapters.Restored, error) {
 	if !g.Restorable(stored) {
 		return incoming, nil, nil // no signature stored: nothing to restore
 	}
 	in := gjson.Parse(rawjson.Str(incoming))
 	if !in.IsArray() {
-		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
+		return incoming, nil, fmt.Errorf("restore: %w", adapters.ErrNoMessages)
 	}
 	st := gjson.Parse(rawjson.Str(stored))
 	if !st.IsArray() {
@@ -53,8 +54,8 @@ func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Resto
 	if len(stModel) == 0 {
 		return incoming, nil, nil
 	}
-	var edits []Replacement
-	var restored []Restored
+	var edits []adapters.Replacement
+	var restored []adapters.Restored
 	k, i := -1, -1
 	var ferr error
 	in.ForEach(func(_, m gjson.Result) bool {
@@ -63,7 +64,7 @@ func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Resto
 			return true
 		}
 		k++
-		parts := Elements(m.Get("parts"))
+		parts := adapters.Elements(m.Get("parts"))
 		var s gjson.Result
 		found := false
 		for _, p := range parts {
@@ -72,13 +73,13 @@ func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Resto
 				break
 			}
 		}
-		if !found && k < len(stModel) && geminiSame(parts, Elements(stModel[k].Get("parts"))) {
+		if !found && k < len(stModel) && geminiSame(parts, adapters.Elements(stModel[k].Get("parts"))) {
 			s, found = stModel[k], true
 		}
 		if !found {
 			return true
 		}
-		stParts := Elements(s.Get("parts"))
+		stParts := adapters.Elements(s.Get("parts"))
 		var msg []byte
 		n := 0
 		for _, cls := range []partClass{classCall, classText, classThought} {
@@ -88,14 +89,14 @@ func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Resto
 			}
 			for x := range a {
 				sr := stParts[b[x]].Get("thoughtSignature")
-				if !Usable(sr) || !Dropped(parts[a[x]].Get("thoughtSignature")) {
+				if !adapters.Usable(sr) || !adapters.Dropped(parts[a[x]].Get("thoughtSignature")) {
 					continue
 				}
 				if msg == nil {
 					msg = append([]byte(nil), m.Raw...)
 				}
 				var err error
-				if msg, err = SetField(msg, "parts."+strconv.Itoa(a[x])+".thoughtSignature", sr.Raw); err != nil {
+				if msg, err = adapters.SetField(msg, "parts."+strconv.Itoa(a[x])+".thoughtSignature", sr.Raw); err != nil {
 					ferr = err
 					return false
 				}
@@ -103,9 +104,9 @@ func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Resto
 			}
 		}
 		if msg != nil {
-			edits = append(edits, Replacement{Start: m.Index, End: m.Index + len(m.Raw), Val: msg})
+			edits = append(edits, adapters.Replacement{Start: m.Index, End: m.Index + len(m.Raw), Val: msg})
 			for range n {
-				restored = append(restored, Restored{Field: FieldThoughtSignature, MessageIndex: i})
+				restored = append(restored, adapters.Restored{Field: adapters.FieldThoughtSignature, MessageIndex: i})
 			}
 		}
 		return true
@@ -113,7 +114,7 @@ func (g *Gemini) Restore(incoming, stored []byte, model string) ([]byte, []Resto
 	if ferr != nil {
 		return incoming, nil, ferr
 	}
-	return Splice(incoming, edits), restored, nil
+	return adapters.Splice(incoming, edits), restored, nil
 }
 
 type partClass uint8
@@ -176,7 +177,7 @@ func geminiSame(a, b []gjson.Result) bool {
 		switch ca {
 		case classCall:
 			if a[i].Get("functionCall.name").Str != b[i].Get("functionCall.name").Str ||
-				!JSONEqual([]byte(a[i].Get("functionCall.args").Raw), []byte(b[i].Get("functionCall.args").Raw)) &&
+				!adapters.JSONEqual([]byte(a[i].Get("functionCall.args").Raw), []byte(b[i].Get("functionCall.args").Raw)) &&
 					(a[i].Get("functionCall.args").Exists() || b[i].Get("functionCall.args").Exists()) {
 				return false
 			}
@@ -185,7 +186,7 @@ func geminiSame(a, b []gjson.Result) bool {
 				return false
 			}
 		default:
-			if !JSONEqual(withoutSig(a[i]), withoutSig(b[i])) {
+			if !adapters.JSONEqual(withoutSig(a[i]), withoutSig(b[i])) {
 				return false
 			}
 		}

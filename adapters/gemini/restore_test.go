@@ -1,16 +1,18 @@
-package adapters
+package gemini
 
 import (
 	"testing"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/internal/formattest"
 	"github.com/google/go-cmp/cmp"
 )
 
 func TestRestoreGemini(t *testing.T) {
-	stored := string(fixture(t, "gemini/request.tool-results.json"))
+	stored := string(formattest.Fixture(t, "gemini/request.tool-results.json"))
 	contents, _ := geminiAd.Messages([]byte(stored))
-	expected := string(fixture(t, "gemini/parallel-tools.expected.json"))
-	sig := jsonValue(t, []byte(expected)).(map[string]any)["parts"].([]any)[1].(map[string]any)["thoughtSignature"].(string)
+	expected := string(formattest.Fixture(t, "gemini/parallel-tools.expected.json"))
+	sig := formattest.JSONValue(t, []byte(expected)).(map[string]any)["parts"].([]any)[1].(map[string]any)["thoughtSignature"].(string)
 
 	// A client (re-serialising args) that dropped the signature, and one
 	// that replaced it with the skip placeholder; both get it back.
@@ -22,10 +24,10 @@ func TestRestoreGemini(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]Restored{{FieldThoughtSignature, 1}}, restored); diff != "" {
+		if diff := cmp.Diff([]adapters.Restored{{Field: adapters.FieldThoughtSignature, MessageIndex: 1}}, restored); diff != "" {
 			t.Errorf("restored (-want +got)\n%s", diff)
 		}
-		got := jsonValue(t, out).([]any)[1].(map[string]any)["parts"].([]any)
+		got := formattest.JSONValue(t, out).([]any)[1].(map[string]any)["parts"].([]any)
 		var fc map[string]any
 		for _, p := range got {
 			if pm := p.(map[string]any); pm["functionCall"] != nil {
