@@ -2,27 +2,7 @@ package adapters
 
 import (
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
-
-func feedAll(t *testing.T, a Adapter, payloads ...string) Turn {
-	t.Helper()
-	asm := a.NewAssembler()
-	for _, p := range payloads {
-		if err := asm.Feed([]byte(p)); err != nil {
-			t.Fatalf("feed %s: %v", p, err)
-		}
-	}
-	return asm.Result()
-}
-
-func mustEqualJSON(t *testing.T, want string, got []byte) {
-	t.Helper()
-	if diff := cmp.Diff(jsonValue(t, []byte(want)), jsonValue(t, got)); diff != "" {
-		t.Errorf("(-want +got)\n%s\ngot %s", diff, got)
-	}
-}
 
 func TestHashMessage(t *testing.T) {
 	same := [][2]string{

@@ -3,7 +3,6 @@ package adapters
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"io"
 	"testing"
@@ -12,45 +11,6 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 )
-
-// splitPayloads turns fuzz input into payloads: one per line.
-func splitPayloads(in []byte) [][]byte { return bytes.Split(in, []byte("\n")) }
-
-func fuzzAssembler(f *testing.F, ad Adapter, seeds ...string) {
-	for _, s := range seeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		asm := ad.NewAssembler()
-		for _, p := range splitPayloads(in) {
-			_ = asm.Feed(p)
-		}
-		turn := asm.Result()
-		if !json.Valid(turn.Message) {
-			t.Fatalf("invalid message %q", turn.Message)
-		}
-		if turn.Error != nil && !json.Valid(turn.Error) {
-			t.Fatalf("invalid error %q", turn.Error)
-		}
-		asm.Reset()
-		if got := asm.Result(); !json.Valid(got.Message) || len(got.ToolCalls) != 0 {
-			t.Fatalf("reset left state: %s", got.Message)
-		}
-		_, _ = ad.ParseResponse(in)
-		_, _ = ad.StripAddedUsage(append([]byte(nil), in...))
-		if msgs, ok := ad.Messages(in); ok {
-			_ = ad.WalkMessages(msgs, func(Message) bool { return true })
-			out, _, err := ad.Restore(msgs, msgs, "deepseek-v4-flash")
-			if err == nil && !json.Valid(out) {
-				t.Fatalf("restore made invalid JSON %q", out)
-			}
-		}
-		h := HashMessage(in)
-		if jsonscan.Valid(in) && HashValidMessage(in) != h {
-			t.Fatalf("HashValidMessage(%q) differs from HashMessage", in)
-		}
-	})
-}
 
 func FuzzArrayReader(f *testing.F) {
 	f.Add([]byte("[{\"a\": [1, \"]\"]}\r\n,\r\n{\"b\": \"\\\"\"}\n]\n"), uint8(3))
@@ -100,4 +60,19 @@ func FuzzHashRaw(f *testing.F) {
 			t.Fatalf("hashRaw(%q) differs from hashValue", in)
 		}
 	})
+}
+
+type chunked struct {
+	b []byte
+	n int
+}
+
+func (c *chunked) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	n := min(c.n, len(p), len(c.b))
+	copy(p, c.b[:n])
+	c.b = c.b[n:]
+	return n, nil
 }

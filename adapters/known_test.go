@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"bytes"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -206,29 +205,6 @@ func TestInsertAbsentKeys(t *testing.T) {
 	}
 }
 
-// WalkMessages reads every message as the gjson references below do.
-func checkWalkMessages(t *testing.T, body []byte) {
-	t.Helper()
-	if !gjson.ValidBytes(body) {
-		return
-	}
-	msgs, _, ok := KnownArray(body, "messages", nil)
-	if !ok {
-		return
-	}
-	collect := func(walk func([]byte, func(Message) bool) error) (out []string) {
-		_ = walk(msgs, func(m Message) bool {
-			out = append(out, fmt.Sprintf("%d %q %q %v %v %v", m.Index, m.Raw, m.Role, m.Calls, m.Results, m.EmptyText))
-			return true
-		})
-		return out
-	}
-	fast, slow := collect(respAd.WalkMessages), collect(walkResponsesReference)
-	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
-		t.Fatalf("Responses WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
-	}
-}
-
 func TestKnownArrayAt(t *testing.T) {
 	for _, b := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b \"]\" \\"}],"stream":false}`,
@@ -243,7 +219,6 @@ func TestKnownArrayAt(t *testing.T) {
 	} {
 		checkKnownArrayAt(t, []byte(b))
 		checkInsertAbsentKeys(t, []byte(b))
-		checkWalkMessages(t, []byte(b))
 	}
 	if _, _, ok := knownAt([]byte(`{"messages":[{"a":1},{"b":2}]}`), "messages", [][]byte{[]byte(`{"a":1}`)}); !ok {
 		t.Fatal("the fast path did not apply to a plain body")
@@ -260,85 +235,5 @@ func FuzzKnownArrayAt(f *testing.F) {
 		checkValidAround(t, body)
 		checkKnownArrayAt(t, body)
 		checkInsertAbsentKeys(t, body)
-		checkWalkMessages(t, body)
 	})
-}
-
-// walkResponsesReference is Responses' WalkMessages as gjson reads it.
-func walkResponsesReference(messages []byte, fn func(Message) bool) error {
-	arr := gjson.Parse(rawjson.Str(messages))
-	if !arr.IsArray() {
-		return fmt.Errorf("walk input: %w", ErrNoMessages)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	i := 0
-	arr.ForEach(func(_, it gjson.Result) bool {
-		calls, results = calls[:0], results[:0]
-		typ, kind := respItemTypeReference(it)
-		msg := Message{Index: i, Raw: rawjson.RawSlice(messages, it), Role: typ, EmptyText: true}
-		switch kind {
-		case kindMessage:
-			msg.Role = rawjson.Role(it.Get("role"))
-			msg.EmptyText = responsesEmptyTextReference(it.Get("content"))
-		case kindCall:
-			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
-		case kindResult:
-			results = append(results, ToolResult{CallID: it.Get("call_id").String()})
-		}
-		msg.Calls, msg.Results = calls, results
-		i++
-		return fn(msg)
-	})
-	return nil
-}
-
-// responsesEmptyTextReference reports whether a message content holds no non-empty
-// text: null, "", absent, or parts none of which has a non-empty text or
-// refusal (input_image/input_file parts count as non-empty).
-func responsesEmptyTextReference(c gjson.Result) bool {
-	switch {
-	case c.Type == gjson.String:
-		return c.Raw == `""`
-	case c.IsArray():
-		empty := true
-		c.ForEach(func(_, p gjson.Result) bool {
-			switch p.Get("type").String() {
-			case "output_text", "input_text", "text", "", "refusal":
-				if p.Get("text").String() != "" || p.Get("refusal").String() != "" {
-					empty = false
-				}
-			default:
-				empty = false
-			}
-			return empty
-		})
-		return empty
-	}
-	return true
-}
-
-// respItemTypeReference is respItemType through gjson.
-func respItemTypeReference(it gjson.Result) (string, itemKind) {
-	t := it.Get("type")
-	switch t.Raw {
-	case `"message"`:
-		return "message", kindMessage
-	case `"function_call"`:
-		return "function_call", kindCall
-	case `"custom_tool_call"`:
-		return "custom_tool_call", kindCall
-	case `"function_call_output"`:
-		return "function_call_output", kindResult
-	case `"custom_tool_call_output"`:
-		return "custom_tool_call_output", kindResult
-	case `"reasoning"`:
-		return "reasoning", kindReasoning
-	case "":
-		if it.Get("role").Exists() {
-			return "message", kindMessage
-		}
-		return "", kindOther
-	}
-	return t.String(), kindOther
 }

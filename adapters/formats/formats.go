@@ -12,10 +12,11 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/gemini"
 	"github.com/chronicle-proxy/chronicle/adapters/openaichat"
+	"github.com/chronicle-proxy/chronicle/adapters/responses"
 )
 
 // wires are the formats, each as its package exports it.
-var wires = []adapters.Wire{openaichat.Wire, gemini.Wire, responsesWire}
+var wires = []adapters.Wire{openaichat.Wire, gemini.Wire, responses.Wire}
 
 // byFormat is each format's adapter in its default dialect.
 var byFormat = func() map[adapters.Format]adapters.Adapter {
@@ -73,7 +74,7 @@ type route struct {
 // otherProvider's.
 var providers = map[string][]route{
 	"openai": {
-		{responsesWire, "openai", isResponsesPath},
+		{responses.Wire, "openai", isResponsesPath},
 		{openaichat.Wire, openaichat.OpenAI.Name, nil},
 	},
 	"deepseek": {
@@ -87,7 +88,7 @@ var providers = map[string][]route{
 }
 
 var otherProvider = []route{
-	{responsesWire, "openai", isResponsesPath},
+	{responses.Wire, "openai", isResponsesPath},
 	{openaichat.Wire, openaichat.OpenAICompatible.Name, nil},
 }
 

@@ -1,6 +1,7 @@
-package repair
+package responses
 
 import (
+	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 )
@@ -13,8 +14,8 @@ const (
 	riReasoning
 )
 
-// rsItem is the part of an OpenAI Responses input item repair looks at.
-type rsItem struct {
+// repairItem is the part of an input item repair looks at.
+type repairItem struct {
 	raw     string
 	kind    int
 	callID  string
@@ -24,19 +25,19 @@ type rsItem struct {
 	content string
 }
 
-func parseRS(v gjson.Result) rsItem {
-	it := rsItem{raw: v.Raw}
+func parseRS(v gjson.Result) repairItem {
+	it := repairItem{raw: v.Raw}
 	var typ, role string
-	Members(v.Raw, func(k, val string) bool {
+	repair.Members(v.Raw, func(k, val string) bool {
 		switch k {
 		case "type":
-			typ = StringValue(val)
+			typ = repair.StringValue(val)
 		case "role":
-			role = StringValue(val)
+			role = repair.StringValue(val)
 		case "call_id":
-			it.callID = StringValue(val)
+			it.callID = repair.StringValue(val)
 		case "name":
-			it.name = StringValue(val)
+			it.name = repair.StringValue(val)
 		case "output":
 			it.output = val
 		case "content":
@@ -52,76 +53,84 @@ func parseRS(v gjson.Result) rsItem {
 	case "reasoning":
 		it.kind = riReasoning
 	case "", "message":
-		it.empty = role == "assistant" && Blank(it.content)
+		it.empty = role == "assistant" && repair.Blank(it.content)
 	}
 	return it
 }
 
 // inRun reports whether the item belongs to a call run: consecutive
 // function_call items, with the reasoning items among them.
-func (it *rsItem) inRun() bool { return it.kind == riCall || it.kind == riReasoning }
+func (it *repairItem) inRun() bool { return it.kind == riCall || it.kind == riReasoning }
 
-// responsesRules are repair's rules for Responses input items.
+// Repair implements adapters.Adapter: an input item array repaired with
+// responsesRules. function_call items are calls, function_call_output
+// items their results (matched by call_id); a call turn is a run of
+// consecutive function_call items (with the reasoning items among them),
+// its block the run of function_call_output items right after it.
+func (a *Adapter) Repair(items []byte, opts repair.Options) (repair.Result, error) {
+	return repair.Flat(rules, items, opts)
+}
+
+// Skim implements Adapter.
+func (a *Adapter) Skim(item []byte) repair.Skim { return repair.SkimOf(rules, item) }
+
+// ValidSkimsAt implements Adapter.
+func (a *Adapter) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
+	return repair.ValidSkimsAt(n, at)
+}
+
+// responsesRules are the repair rules of Responses input items.
 type responsesRules struct{}
 
-// Scan implements Rules: function_call and reasoning items are parts of a
+// rules is the value handed to repair.
+var rules responsesRules
+
+// Scan implements repair.Rules: function_call and reasoning items are parts of a
 // turn (consecutive ones form one), function_call_output items results.
-func (responsesRules) Scan(v gjson.Result, s *Scanner) {
+func (responsesRules) Scan(v gjson.Result, s *repair.Scanner) {
 	it := parseRS(v)
 	switch {
 	case it.inRun():
-		s.Element(RoleTurnPart)
+		s.Element(repair.RoleTurnPart)
 		if it.kind == riCall {
 			s.Call(it.callID, it.name, true)
 		}
 	case it.kind == riOutput:
-		s.Element(RoleResult)
+		s.Element(repair.RoleResult)
 		s.Result(it.callID, "", true)
 	default:
-		s.Element(RoleOther)
+		s.Element(repair.RoleOther)
 		if it.empty {
 			s.Empty()
 		}
 	}
 }
 
-// RenameCall implements FlatRules.
+// RenameCall implements repair.FlatRules.
 func (responsesRules) RenameCall(el string, call int, id string) string {
 	out, _ := sjson.Set(el, "call_id", id)
 	return out
 }
 
-// RenameResult implements FlatRules.
+// RenameResult implements repair.FlatRules.
 func (responsesRules) RenameResult(el string, id string) string {
 	out, _ := sjson.Set(el, "call_id", id)
 	return out
 }
 
-// AppendSynthetic implements FlatRules:
+// AppendSynthetic implements repair.FlatRules:
 // {"type":"function_call_output","call_id":ID,"output":TEXT}.
 func (responsesRules) AppendSynthetic(dst []byte, id, text string) []byte {
 	dst = append(dst, `{"type":"function_call_output","call_id":`...)
-	dst = AppendString(dst, id)
+	dst = repair.AppendString(dst, id)
 	dst = append(dst, `,"output":`...)
-	dst = AppendString(dst, text)
+	dst = repair.AppendString(dst, text)
 	return append(dst, '}')
 }
 
-// AppendOrphan implements FlatRules.
+// AppendOrphan implements repair.FlatRules.
 func (responsesRules) AppendOrphan(dst []byte, el, header string) []byte {
 	return rsOrphan(dst, gjson.Parse(parseRS(gjson.Parse(el)).output), header)
-}
-
-func rsValid(arr gjson.Result) bool { return valid(responsesRules{}, arr) }
-
-// Responses repairs an OpenAI Responses `input` item array: function_call
-// items are calls, function_call_output items their results (matched by
-// call_id). A call turn is a run of consecutive function_call items (with
-// the reasoning items among them); its block is the run of
-// function_call_output items right after it. See the package
-// documentation for the rules.
-func Responses(items []byte, opts Options) (Result, error) {
-	return Flat(responsesRules{}, items, opts)
 }
 
 // rsOrphan builds the user message that replaces a function_call_output
@@ -131,20 +140,20 @@ func rsOrphan(dst []byte, output gjson.Result, h string) []byte {
 	switch {
 	case output.Type == gjson.String:
 		b = append(b, `[{"type":"input_text","text":`...)
-		b = AppendString(b, h+"\n"+output.Str)
+		b = repair.AppendString(b, h+"\n"+output.Str)
 		b = append(b, `}]`...)
-	case output.IsArray() && !EmptyContainer(output.Raw):
+	case output.IsArray() && !repair.EmptyContainer(output.Raw):
 		b = append(b, `[{"type":"input_text","text":`...)
-		b = AppendString(b, h)
+		b = repair.AppendString(b, h)
 		b = append(b, `},`...)
 		b = append(b, output.Raw[1:]...)
 	case blank(output):
 		b = append(b, `[{"type":"input_text","text":`...)
-		b = AppendString(b, h)
+		b = repair.AppendString(b, h)
 		b = append(b, `}]`...)
 	default:
 		b = append(b, `[{"type":"input_text","text":`...)
-		b = AppendString(b, h+"\n"+output.Raw)
+		b = repair.AppendString(b, h+"\n"+output.Raw)
 		b = append(b, `}]`...)
 	}
 	return append(b, '}')
@@ -158,7 +167,7 @@ func blank(v gjson.Result) bool {
 	case gjson.String:
 		return v.Str == ""
 	case gjson.JSON:
-		return EmptyContainer(v.Raw)
+		return repair.EmptyContainer(v.Raw)
 	}
 	return false
 }

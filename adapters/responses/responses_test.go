@@ -1,4 +1,4 @@
-package adapters
+package responses
 
 import (
 	"bytes"
@@ -9,31 +9,33 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/internal/formattest"
 	"github.com/chronicle-proxy/chronicle/adapters/sse"
 	"github.com/google/go-cmp/cmp"
 	"github.com/tidwall/gjson"
 )
 
 var (
-	respAd    = NewResponses(ResponsesOpenAI)
-	chatGPTAd = NewResponses(ResponsesChatGPT)
+	respAd    = New(OpenAI)
+	chatGPTAd = New(ChatGPT)
 )
 
-var responsesGoldens = []golden{
-	{dir: "openai-responses", name: "text", adapter: respAd,
-		usage: Usage{Present: true, InputTokens: 299, OutputTokens: 12}, finish: FinishStop},
-	{dir: "openai-responses", name: "reasoning-tool", adapter: respAd,
-		usage: Usage{Present: true, InputTokens: 134, OutputTokens: 28}, finish: FinishToolCalls,
-		calls: []ToolCall{{"call_AB6AaRZ1FYZB2RwS6A5vbdqn", "calculator"}}},
-	{dir: "openai-responses", name: "parallel-tools", adapter: respAd,
-		usage:  Usage{Present: true, InputTokens: 1843, OutputTokens: 97, CachedTokens: 1664, ReasoningTokens: 38},
-		finish: FinishToolCalls,
-		calls:  []ToolCall{{"call_dsSRzXOROrILG48hJaEy1JSR", "get_weather"}, {"call_XAS6JGzqCNWmO52wVwD9kh8w", "get_weather"}}},
+var responsesGoldens = []formattest.Golden{
+	{Dir: "openai-responses", Name: "text", Adapter: respAd,
+		Usage: adapters.Usage{Present: true, InputTokens: 299, OutputTokens: 12}, Finish: adapters.FinishStop},
+	{Dir: "openai-responses", Name: "reasoning-tool", Adapter: respAd,
+		Usage: adapters.Usage{Present: true, InputTokens: 134, OutputTokens: 28}, Finish: adapters.FinishToolCalls,
+		Calls: []adapters.ToolCall{{ID: "call_AB6AaRZ1FYZB2RwS6A5vbdqn", Name: "calculator"}}},
+	{Dir: "openai-responses", Name: "parallel-tools", Adapter: respAd,
+		Usage:  adapters.Usage{Present: true, InputTokens: 1843, OutputTokens: 97, CachedTokens: 1664, ReasoningTokens: 38},
+		Finish: adapters.FinishToolCalls,
+		Calls:  []adapters.ToolCall{{ID: "call_dsSRzXOROrILG48hJaEy1JSR", Name: "get_weather"}, {ID: "call_XAS6JGzqCNWmO52wVwD9kh8w", Name: "get_weather"}}},
 	// The ChatGPT/Codex backend streams the same events (chatgpt-codex/README.md).
-	{dir: "openai-responses", name: "parallel-tools", adapter: chatGPTAd,
-		usage:  Usage{Present: true, InputTokens: 1843, OutputTokens: 97, CachedTokens: 1664, ReasoningTokens: 38},
-		finish: FinishToolCalls,
-		calls:  []ToolCall{{"call_dsSRzXOROrILG48hJaEy1JSR", "get_weather"}, {"call_XAS6JGzqCNWmO52wVwD9kh8w", "get_weather"}}},
+	{Dir: "openai-responses", Name: "parallel-tools", Adapter: chatGPTAd,
+		Usage:  adapters.Usage{Present: true, InputTokens: 1843, OutputTokens: 97, CachedTokens: 1664, ReasoningTokens: 38},
+		Finish: adapters.FinishToolCalls,
+		Calls:  []adapters.ToolCall{{ID: "call_dsSRzXOROrILG48hJaEy1JSR", Name: "get_weather"}, {ID: "call_XAS6JGzqCNWmO52wVwD9kh8w", Name: "get_weather"}}},
 }
 
 // TestResponsesGoldenStreams feeds every Responses fixture stream whole,
@@ -41,20 +43,20 @@ var responsesGoldens = []golden{
 // reused assembler; the message must equal .expected.json.
 func TestResponsesGoldenStreams(t *testing.T) {
 	for _, g := range responsesGoldens {
-		body := fixture(t, g.dir+"/"+g.name+".sse")
-		want := jsonValue(t, fixture(t, g.dir+"/"+g.name+".expected.json"))
+		body := formattest.Fixture(t, g.Dir+"/"+g.Name+".sse")
+		want := formattest.JSONValue(t, formattest.Fixture(t, g.Dir+"/"+g.Name+".expected.json"))
 		for _, src := range []struct {
 			how string
 			r   io.Reader
 		}{
 			{"whole", bytes.NewReader(body)},
-			{"97-byte chunks", &chunked{body, 97}},
-			{"5-byte chunks", &chunked{body, 5}},
+			{"97-byte chunks", &formattest.Chunked{B: body, N: 97}},
+			{"5-byte chunks", &formattest.Chunked{B: body, N: 5}},
 			{"one byte at a time", iotest.OneByteReader(bytes.NewReader(body))},
 		} {
-			checkTurn(t, g, src.how, assembleSSE(t, g.adapter, src.r), want, true)
+			formattest.CheckTurn(t, g, src.how, formattest.AssembleSSE(t, g.Adapter, src.r), want, true)
 		}
-		asm := g.adapter.NewAssembler()
+		asm := g.Adapter.NewAssembler()
 		for range 2 {
 			r := sse.NewReader(bytes.NewReader(body), 0)
 			for ev, err := r.Next(); err == nil; ev, err = r.Next() {
@@ -64,7 +66,7 @@ func TestResponsesGoldenStreams(t *testing.T) {
 					}
 				}
 			}
-			checkTurn(t, g, "reused", asm.Result(), want, true)
+			formattest.CheckTurn(t, g, "reused", asm.Result(), want, true)
 			asm.Reset()
 		}
 	}
@@ -72,20 +74,20 @@ func TestResponsesGoldenStreams(t *testing.T) {
 
 func TestResponsesGoldenNonStream(t *testing.T) {
 	for _, g := range responsesGoldens {
-		want := jsonValue(t, fixture(t, g.dir+"/"+g.name+".expected.json"))
-		turn, err := g.adapter.ParseResponse(fixture(t, g.dir+"/"+g.name+".json"))
+		want := formattest.JSONValue(t, formattest.Fixture(t, g.Dir+"/"+g.Name+".expected.json"))
+		turn, err := g.Adapter.ParseResponse(formattest.Fixture(t, g.Dir+"/"+g.Name+".json"))
 		if err != nil {
-			t.Fatalf("%s: %v", g.id(), err)
+			t.Fatalf("%s: %v", g.ID(), err)
 		}
-		checkTurn(t, g, "non-stream", turn, want, true)
+		formattest.CheckTurn(t, g, "non-stream", turn, want, true)
 	}
 	// The real non-stream recording with its newer fields.
-	body := fixture(t, "openai-responses/recorded-nonstream.json")
+	body := formattest.Fixture(t, "openai-responses/recorded-nonstream.json")
 	turn, err := respAd.ParseResponse(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqualJSON(t, gjson.GetBytes(body, "output").Raw, turn.Message)
+	formattest.MustEqualJSON(t, gjson.GetBytes(body, "output").Raw, turn.Message)
 	if !turn.Usage.Present || turn.Usage.InputTokens != gjson.GetBytes(body, "usage.input_tokens").Int() || !turn.Terminal {
 		t.Errorf("recorded-nonstream: %+v", turn)
 	}
@@ -108,8 +110,8 @@ func sseEvents(t testing.TB, body []byte) [][]byte {
 // event the items come from output_item.done (not terminal), and before
 // that from output_item.added plus the deltas so far.
 func TestResponsesWithoutCompleted(t *testing.T) {
-	evs := sseEvents(t, fixture(t, "openai-responses/text.sse"))
-	want := string(fixture(t, "openai-responses/text.expected.json"))
+	evs := sseEvents(t, formattest.Fixture(t, "openai-responses/text.sse"))
+	want := string(formattest.Fixture(t, "openai-responses/text.expected.json"))
 	asm := respAd.NewAssembler()
 	for _, ev := range evs[:len(evs)-1] {
 		if err := asm.Feed(ev); err != nil {
@@ -117,8 +119,8 @@ func TestResponsesWithoutCompleted(t *testing.T) {
 		}
 	}
 	turn := asm.Result()
-	mustEqualJSON(t, want, turn.Message)
-	if turn.Terminal || turn.Finish != FinishNone || turn.Usage.Present {
+	formattest.MustEqualJSON(t, want, turn.Message)
+	if turn.Terminal || turn.Finish != adapters.FinishNone || turn.Usage.Present {
 		t.Errorf("truncated stream: terminal %v finish %q usage %+v", turn.Terminal, turn.Finish, turn.Usage)
 	}
 
@@ -131,10 +133,10 @@ func TestResponsesWithoutCompleted(t *testing.T) {
 		_ = asm.Feed(ev)
 	}
 	turn = asm.Result()
-	mustEqualJSON(t, `[{"id":"msg_01830d662ab3856501693c32183a488190a612c410a0a39823","type":"message","status":"in_progress","content":[{"type":"output_text","annotations":[],"text":"The final result is **570**."}],"role":"assistant"}]`, turn.Message)
+	formattest.MustEqualJSON(t, `[{"id":"msg_01830d662ab3856501693c32183a488190a612c410a0a39823","type":"message","status":"in_progress","content":[{"type":"output_text","annotations":[],"text":"The final result is **570**."}],"role":"assistant"}]`, turn.Message)
 
 	// Reasoning summary and arguments so far.
-	evs = sseEvents(t, fixture(t, "openai-responses/reasoning-tool.sse"))
+	evs = sseEvents(t, formattest.Fixture(t, "openai-responses/reasoning-tool.sse"))
 	asm.Reset()
 	for _, ev := range evs {
 		if gjson.GetBytes(ev, "sequence_number").Int() == 20 {
@@ -157,18 +159,18 @@ func TestResponsesWithoutCompleted(t *testing.T) {
 	if got := gjson.GetBytes(turn.Message, "1.arguments").Str; got != `{"a":12,"b` {
 		t.Errorf("arguments so far %q in %s", got, turn.Message)
 	}
-	if len(turn.ToolCalls) != 1 || turn.Finish != FinishNone {
+	if len(turn.ToolCalls) != 1 || turn.Finish != adapters.FinishNone {
 		t.Errorf("calls %v finish %q", turn.ToolCalls, turn.Finish)
 	}
 }
 
 func TestResponsesErrorStream(t *testing.T) {
-	turn := assembleSSE(t, respAd, bytes.NewReader(fixture(t, "openai-responses/error-stream.sse")))
-	if turn.Finish != FinishError || !turn.Terminal || gjson.GetBytes(turn.Error, "code").Str != "insufficient_quota" ||
+	turn := formattest.AssembleSSE(t, respAd, bytes.NewReader(formattest.Fixture(t, "openai-responses/error-stream.sse")))
+	if turn.Finish != adapters.FinishError || !turn.Terminal || gjson.GetBytes(turn.Error, "code").Str != "insufficient_quota" ||
 		gjson.GetBytes(turn.Error, "type").Str != "insufficient_quota" {
 		t.Errorf("error stream: finish %q terminal %v error %s", turn.Finish, turn.Terminal, turn.Error)
 	}
-	mustEqualJSON(t, `[]`, turn.Message)
+	formattest.MustEqualJSON(t, `[]`, turn.Message)
 
 	// chronicle's own error event: a flat error, read back the same way.
 	ev := respAd.StreamErrorEvent(409, "thread_busy", `a "busy" thread`)
@@ -177,20 +179,20 @@ func TestResponsesErrorStream(t *testing.T) {
 	if err != nil || string(e.Event) != "error" || e.Partial {
 		t.Fatalf("event %q: %v", ev, err)
 	}
-	mustEqualJSON(t, `{"type":"error","code":"thread_busy","message":"a \"busy\" thread","param":null,"sequence_number":0}`, e.Data)
-	turn = feedAll(t, respAd, string(e.Data))
-	mustEqualJSON(t, `{"code":"thread_busy","message":"a \"busy\" thread","param":null}`, turn.Error)
-	if turn.Finish != FinishError || turn.Terminal {
+	formattest.MustEqualJSON(t, `{"type":"error","code":"thread_busy","message":"a \"busy\" thread","param":null,"sequence_number":0}`, e.Data)
+	turn = formattest.FeedAll(t, respAd, string(e.Data))
+	formattest.MustEqualJSON(t, `{"code":"thread_busy","message":"a \"busy\" thread","param":null}`, turn.Error)
+	if turn.Finish != adapters.FinishError || turn.Terminal {
 		t.Errorf("finish %q terminal %v", turn.Finish, turn.Terminal)
 	}
 
 	// response.incomplete and response.failed without an error event.
-	turn = feedAll(t, respAd, `{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"cut"}]}],"usage":{"input_tokens":5,"output_tokens":7}}}`)
-	if turn.Finish != FinishLength || turn.FinishRaw != "max_output_tokens" || !turn.Terminal || turn.Usage.OutputTokens != 7 {
+	turn = formattest.FeedAll(t, respAd, `{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"cut"}]}],"usage":{"input_tokens":5,"output_tokens":7}}}`)
+	if turn.Finish != adapters.FinishLength || turn.FinishRaw != "max_output_tokens" || !turn.Terminal || turn.Usage.OutputTokens != 7 {
 		t.Errorf("incomplete: %+v", turn)
 	}
-	turn = feedAll(t, respAd, `{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}}`)
-	if turn.Finish != FinishError || !turn.Terminal || gjson.GetBytes(turn.Error, "code").Str != "server_error" {
+	turn = formattest.FeedAll(t, respAd, `{"type":"response.failed","response":{"status":"failed","error":{"code":"server_error","message":"boom"},"output":[]}}`)
+	if turn.Finish != adapters.FinishError || !turn.Terminal || gjson.GetBytes(turn.Error, "code").Str != "server_error" {
 		t.Errorf("failed: %+v", turn)
 	}
 	// Invalid JSON is refused.
@@ -203,19 +205,19 @@ func TestResponsesParseErrors(t *testing.T) {
 	for _, name := range []string{"error.function-call-without-reasoning.json", "error.insufficient-quota.json",
 		"error.item-not-persisted.json", "error.no-tool-call-for-output.json", "error.no-tool-output.json",
 		"error.reasoning-without-following-item.json", "error.temperature-unsupported.json"} {
-		turn, err := respAd.ParseResponse(fixture(t, "openai-responses/"+name))
-		if err != nil || turn.Finish != FinishError || gjson.GetBytes(turn.Error, "message").Str == "" || !turn.Terminal {
+		turn, err := respAd.ParseResponse(formattest.Fixture(t, "openai-responses/"+name))
+		if err != nil || turn.Finish != adapters.FinishError || gjson.GetBytes(turn.Error, "message").Str == "" || !turn.Terminal {
 			t.Errorf("%s: %+v %v", name, turn, err)
 		}
 	}
 	for _, name := range []string{"error.instructions-not-valid.json", "error.store-must-be-false.json", "error.stream-must-be-true.json"} {
-		turn, err := chatGPTAd.ParseResponse(fixture(t, "chatgpt-codex/"+name))
-		if err != nil || turn.Finish != FinishError || gjson.GetBytes(turn.Error, "detail").Str == "" {
+		turn, err := chatGPTAd.ParseResponse(formattest.Fixture(t, "chatgpt-codex/"+name))
+		if err != nil || turn.Finish != adapters.FinishError || gjson.GetBytes(turn.Error, "detail").Str == "" {
 			t.Errorf("%s: %+v %v", name, turn, err)
 		}
 	}
 	// The Codex request: one user item, a string of tools untouched.
-	msgs, ok := chatGPTAd.Messages(fixture(t, "chatgpt-codex/request.json"))
+	msgs, ok := chatGPTAd.Messages(formattest.Fixture(t, "chatgpt-codex/request.json"))
 	if !ok || gjson.GetBytes(msgs, "#").Int() != 1 || gjson.GetBytes(msgs, "0.role").Str != "user" {
 		t.Errorf("codex request input: %s", msgs)
 	}
@@ -236,16 +238,16 @@ func TestResponsesClassify(t *testing.T) {
 	tests := []struct {
 		method, path string
 		body         []byte
-		want         Op
+		want         adapters.Op
 	}{
-		{"POST", "/v1/responses", body, Op{Kind: OpGenerate, Stream: true, Framing: FramingSSE, Model: "gpt-5.1-codex-max"}},
-		{"POST", "/backend-api/codex/responses/", []byte(`{"model":"m"}`), Op{Kind: OpGenerate, Model: "m"}},
-		{"GET", "/v1/responses/resp_1", nil, Op{}},
-		{"GET", "/v1/responses/resp_1/input_items", nil, Op{}},
-		{"POST", "/v1/responses/resp_1/cancel", nil, Op{}},
-		{"POST", "/v1/responses/input_tokens", body, Op{}},
-		{"POST", "/v1/chat/completions", body, Op{}},
-		{"GET", "/v1/responses", nil, Op{}},
+		{"POST", "/v1/responses", body, adapters.Op{Kind: adapters.OpGenerate, Stream: true, Framing: adapters.FramingSSE, Model: "gpt-5.1-codex-max"}},
+		{"POST", "/backend-api/codex/responses/", []byte(`{"model":"m"}`), adapters.Op{Kind: adapters.OpGenerate, Model: "m"}},
+		{"GET", "/v1/responses/resp_1", nil, adapters.Op{}},
+		{"GET", "/v1/responses/resp_1/input_items", nil, adapters.Op{}},
+		{"POST", "/v1/responses/resp_1/cancel", nil, adapters.Op{}},
+		{"POST", "/v1/responses/input_tokens", body, adapters.Op{}},
+		{"POST", "/v1/chat/completions", body, adapters.Op{}},
+		{"GET", "/v1/responses", nil, adapters.Op{}},
 	}
 	for _, tc := range tests {
 		if got := respAd.Classify(tc.method, tc.path, "", tc.body); got != tc.want {
@@ -259,7 +261,7 @@ func TestResponsesMessages(t *testing.T) {
 	if !ok {
 		t.Fatal("string input not read")
 	}
-	mustEqualJSON(t, `[{"type":"message","role":"user","content":"hi \"there\""}]`, msgs)
+	formattest.MustEqualJSON(t, `[{"type":"message","role":"user","content":"hi \"there\""}]`, msgs)
 	body := []byte(`{"model":"m", "input" : [ {"role":"user","content":"x"} ],"z":1}`)
 	msgs, ok = respAd.Messages(body)
 	if !ok || string(msgs) != `[ {"role":"user","content":"x"} ]` {
@@ -274,7 +276,7 @@ func TestResponsesMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqualJSON(t, `{"model":"m","input":[{"role":"user","content":"x"}],"z":1}`, out)
+	formattest.MustEqualJSON(t, `{"model":"m","input":[{"role":"user","content":"x"}],"z":1}`, out)
 	if _, err := respAd.SetMessages(body, []byte(`{"a":1}`)); err == nil {
 		t.Error("non-array accepted")
 	}
@@ -287,21 +289,21 @@ func TestResponsesMessages(t *testing.T) {
 }
 
 func TestResponsesWalk(t *testing.T) {
-	input, _ := respAd.Messages(fixture(t, "openai-responses/request.tool-results.json"))
+	input, _ := respAd.Messages(formattest.Fixture(t, "openai-responses/request.tool-results.json"))
 	input = append(input[:len(input)-1:len(input)-1],
 		`,{"role":"assistant","content":[{"type":"output_text","text":""}]},{"type":"web_search_call","id":"ws_1"},{"type":"custom_tool_call","call_id":"c9","name":"apply_patch","input":"x"},{"type":"custom_tool_call_output","call_id":"c9","output":"ok"}]`...)
 	type row struct {
 		Role    string
-		Calls   []ToolCall
-		Results []ToolResult
+		Calls   []adapters.ToolCall
+		Results []adapters.ToolResult
 		Empty   bool
 	}
 	var got []row
-	if err := respAd.WalkMessages(input, func(m Message) bool {
+	if err := respAd.WalkMessages(input, func(m adapters.Message) bool {
 		if !gjson.ValidBytes(m.Raw) || !bytes.Contains(input, m.Raw) {
 			t.Errorf("raw %q not a slice of the input", m.Raw)
 		}
-		got = append(got, row{m.Role, append([]ToolCall(nil), m.Calls...), append([]ToolResult(nil), m.Results...), m.EmptyText})
+		got = append(got, row{m.Role, append([]adapters.ToolCall(nil), m.Calls...), append([]adapters.ToolResult(nil), m.Results...), m.EmptyText})
 		return true
 	}); err != nil {
 		t.Fatal(err)
@@ -309,19 +311,19 @@ func TestResponsesWalk(t *testing.T) {
 	want := []row{
 		{Role: "user"},
 		{Role: "reasoning", Empty: true},
-		{Role: "function_call", Calls: []ToolCall{{"call_dsSRzXOROrILG48hJaEy1JSR", "get_weather"}}, Empty: true},
-		{Role: "function_call", Calls: []ToolCall{{"call_XAS6JGzqCNWmO52wVwD9kh8w", "get_weather"}}, Empty: true},
-		{Role: "function_call_output", Results: []ToolResult{{CallID: "call_dsSRzXOROrILG48hJaEy1JSR"}}, Empty: true},
-		{Role: "function_call_output", Results: []ToolResult{{CallID: "call_XAS6JGzqCNWmO52wVwD9kh8w"}}, Empty: true},
+		{Role: "function_call", Calls: []adapters.ToolCall{{ID: "call_dsSRzXOROrILG48hJaEy1JSR", Name: "get_weather"}}, Empty: true},
+		{Role: "function_call", Calls: []adapters.ToolCall{{ID: "call_XAS6JGzqCNWmO52wVwD9kh8w", Name: "get_weather"}}, Empty: true},
+		{Role: "function_call_output", Results: []adapters.ToolResult{{CallID: "call_dsSRzXOROrILG48hJaEy1JSR"}}, Empty: true},
+		{Role: "function_call_output", Results: []adapters.ToolResult{{CallID: "call_XAS6JGzqCNWmO52wVwD9kh8w"}}, Empty: true},
 		{Role: "assistant", Empty: true},
 		{Role: "web_search_call", Empty: true},
-		{Role: "custom_tool_call", Calls: []ToolCall{{"c9", "apply_patch"}}, Empty: true},
-		{Role: "custom_tool_call_output", Results: []ToolResult{{CallID: "c9"}}, Empty: true},
+		{Role: "custom_tool_call", Calls: []adapters.ToolCall{{ID: "c9", Name: "apply_patch"}}, Empty: true},
+		{Role: "custom_tool_call_output", Results: []adapters.ToolResult{{CallID: "c9"}}, Empty: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("walk (-want +got)\n%s", diff)
 	}
-	if err := respAd.WalkMessages([]byte(`{}`), func(Message) bool { return true }); err == nil {
+	if err := respAd.WalkMessages([]byte(`{}`), func(adapters.Message) bool { return true }); err == nil {
 		t.Error("object walked")
 	}
 }
@@ -329,26 +331,26 @@ func TestResponsesWalk(t *testing.T) {
 func TestResponsesPrepareUpstream(t *testing.T) {
 	tests := []struct {
 		name    string
-		ad      *Responses
+		ad      *Adapter
 		body    string
 		sid     string
 		want    string
-		headers []Header
+		headers []adapters.Header
 		session string
 	}{
 		{"openai sets prompt_cache_key", respAd, `{"model":"m"}`, "s1", `{"model":"m","prompt_cache_key":"s1"}`, nil, "s1"},
 		{"client's key wins", respAd, `{"model":"m","prompt_cache_key":"mine"}`, "s1", `{"model":"m","prompt_cache_key":"mine"}`, nil, "mine"},
 		{"no session id", respAd, `{"model":"m"}`, "", `{"model":"m"}`, nil, ""},
-		{"chatgpt header follows the body", chatGPTAd, string(fixture(t, "chatgpt-codex/request.json")), "s1", "",
-			[]Header{{"session-id", "019c5e2a-7b41-7d23-9f0e-40ec76cd5826"}}, "019c5e2a-7b41-7d23-9f0e-40ec76cd5826"},
+		{"chatgpt header follows the body", chatGPTAd, string(formattest.Fixture(t, "chatgpt-codex/request.json")), "s1", "",
+			[]adapters.Header{{Name: "session-id", Value: "019c5e2a-7b41-7d23-9f0e-40ec76cd5826"}}, "019c5e2a-7b41-7d23-9f0e-40ec76cd5826"},
 		{"chatgpt without a key", chatGPTAd, `{"model":"m"}`, "s1", `{"model":"m","prompt_cache_key":"s1"}`,
-			[]Header{{"session-id", "s1"}}, "s1"},
-		{"headers only", NewResponses(ResponsesDialect{SessionHeaders: []string{"x-session"}}), `{"model":"m"}`, "s1", `{"model":"m"}`,
-			[]Header{{"x-session", "s1"}}, "s1"},
+			[]adapters.Header{{Name: "session-id", Value: "s1"}}, "s1"},
+		{"headers only", New(Dialect{SessionHeaders: []string{"x-session"}}), `{"model":"m"}`, "s1", `{"model":"m"}`,
+			[]adapters.Header{{Name: "x-session", Value: "s1"}}, "s1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			up, err := tc.ad.PrepareUpstream([]byte(tc.body), Prepare{SessionID: tc.sid, Stream: true})
+			up, err := tc.ad.PrepareUpstream([]byte(tc.body), adapters.Prepare{SessionID: tc.sid, Stream: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -359,7 +361,7 @@ func TestResponsesPrepareUpstream(t *testing.T) {
 			if want == tc.body && string(up.Body) != tc.body {
 				t.Errorf("body changed: %s", up.Body)
 			}
-			mustEqualJSON(t, want, up.Body)
+			formattest.MustEqualJSON(t, want, up.Body)
 			if diff := cmp.Diff(tc.headers, up.Headers); diff != "" {
 				t.Errorf("headers (-want +got)\n%s", diff)
 			}
@@ -372,13 +374,13 @@ func TestResponsesPrepareUpstream(t *testing.T) {
 	if out, drop := respAd.StripAddedUsage(ev); drop || !bytes.Equal(out, ev) {
 		t.Error("StripAddedUsage is not the identity")
 	}
-	mustEqualJSON(t, `{"error":{"message":"busy","type":"rate_limit_error","param":null,"code":"thread_busy"}}`,
+	formattest.MustEqualJSON(t, `{"error":{"message":"busy","type":"rate_limit_error","param":null,"code":"thread_busy"}}`,
 		respAd.ErrorBody(429, "thread_busy", "busy"))
 }
 
 func TestExpandPreviousResponse(t *testing.T) {
-	full := fixture(t, "openai-responses/request.tool-results.json")
-	prev := fixture(t, "openai-responses/request.previous-response-id.json")
+	full := formattest.Fixture(t, "openai-responses/request.tool-results.json")
+	prev := formattest.Fixture(t, "openai-responses/request.previous-response-id.json")
 	fullInput := gjson.GetBytes(full, "input").Array()
 	var stored []string
 	for _, it := range fullInput[:4] { // turn 1 input + output items
@@ -391,7 +393,7 @@ func TestExpandPreviousResponse(t *testing.T) {
 	if gjson.GetBytes(out, "previous_response_id").Exists() {
 		t.Errorf("previous_response_id kept: %s", out)
 	}
-	mustEqualJSON(t, gjson.GetBytes(full, "input").Raw, []byte(gjson.GetBytes(out, "input").Raw))
+	formattest.MustEqualJSON(t, gjson.GetBytes(full, "input").Raw, []byte(gjson.GetBytes(out, "input").Raw))
 	if gjson.GetBytes(out, "tools").Raw != gjson.GetBytes(prev, "tools").Raw {
 		t.Error("other fields changed")
 	}
@@ -400,7 +402,7 @@ func TestExpandPreviousResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqualJSON(t, `{"input":[{"role":"user","content":"a"},{"type":"message","role":"user","content":"next"}]}`, out)
+	formattest.MustEqualJSON(t, `{"input":[{"role":"user","content":"a"},{"type":"message","role":"user","content":"next"}]}`, out)
 	// Nothing to expand.
 	body := []byte(`{"input":"x"}`)
 	if out, err := ExpandPreviousResponse(body, []byte(`[]`)); err != nil || !bytes.Equal(out, body) {
@@ -414,11 +416,11 @@ func TestExpandPreviousResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqualJSON(t, `{"input":[{"role":"user","content":"a"}]}`, out)
+	formattest.MustEqualJSON(t, `{"input":[{"role":"user","content":"a"}]}`, out)
 }
 
 func TestResponsesRestore(t *testing.T) {
-	stored, _ := respAd.Messages(fixture(t, "openai-responses/request.tool-results.json"))
+	stored, _ := respAd.Messages(formattest.Fixture(t, "openai-responses/request.tool-results.json"))
 	items := gjson.ParseBytes(stored).Array()
 	user, rs, fc1, fc2, out1, out2 := items[0].Raw, items[1].Raw, items[2].Raw, items[3].Raw, items[4].Raw, items[5].Raw
 	enc := gjson.Get(rs, "encrypted_content").Raw
@@ -433,25 +435,25 @@ func TestResponsesRestore(t *testing.T) {
 		stored   string
 		incoming string
 		want     string // "" = unchanged
-		restored []Restored
+		restored []adapters.Restored
 	}{
 		{"dropped reasoning before parallel calls", string(stored), arr(user, sdk1, sdk2, out1, out2),
-			arr(user, rs, sdk1, sdk2, out1, out2), []Restored{{FieldReasoning, 1}}},
+			arr(user, rs, sdk1, sdk2, out1, out2), []adapters.Restored{{Field: FieldReasoning, MessageIndex: 1}}},
 		{"all present is unchanged", string(stored), string(stored), "", nil},
 		{"stripped encrypted_content", string(stored), arr(user, stripped, fc1, fc2, out1, out2),
 			arr(user, `{"type":"reasoning","id":"rs_0b7f9a603b13ec1501699f02a41b225f9a71722ad6134c47e8","summary":[],"encrypted_content":`+enc+`}`, fc1, fc2, out1, out2),
-			[]Restored{{FieldEncryptedContent, 1}}},
+			[]adapters.Restored{{Field: FieldEncryptedContent, MessageIndex: 1}}},
 		{"unknown call is left alone", string(stored), arr(user, `{"type":"function_call","call_id":"other","name":"f","arguments":"{}"}`), "", nil},
 		{"assistant message by position and text", storedText,
 			`[{"role":"user","content":"q"},{"role":"assistant","content":"Hello"},{"role":"user","content":"q2"}]`,
 			`[{"role":"user","content":"q"},{"id":"rs_a","type":"reasoning","encrypted_content":"E1","summary":[]},{"role":"assistant","content":"Hello"},{"role":"user","content":"q2"}]`,
-			[]Restored{{FieldReasoning, 1}}},
+			[]adapters.Restored{{Field: FieldReasoning, MessageIndex: 1}}},
 		{"assistant message with other text", storedText,
 			`[{"role":"user","content":"q"},{"role":"assistant","content":"Hi"}]`, "", nil},
 		{"each call gets its own reasoning", storedText,
 			`[{"role":"user","content":"q2"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call","call_id":"c2","name":"f","arguments":"{}"}]`,
 			`[{"role":"user","content":"q2"},{"id":"rs_b","type":"reasoning","encrypted_content":"E2","summary":[]},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"id":"rs_c","type":"reasoning","encrypted_content":"E3","summary":[]},{"type":"function_call","call_id":"c2","name":"f","arguments":"{}"}]`,
-			[]Restored{{FieldReasoning, 1}, {FieldReasoning, 3}}},
+			[]adapters.Restored{{Field: FieldReasoning, MessageIndex: 1}, {Field: FieldReasoning, MessageIndex: 3}}},
 		{"reasoning moved elsewhere is not duplicated", storedText,
 			`[{"id":"rs_b","type":"reasoning","encrypted_content":"E2","summary":[]},{"role":"user","content":"q2"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"}]`, "", nil},
 		{"another reasoning item stands there", storedText,
@@ -471,7 +473,7 @@ func TestResponsesRestore(t *testing.T) {
 					t.Errorf("changed: %s", out)
 				}
 			}
-			mustEqualJSON(t, want, out)
+			formattest.MustEqualJSON(t, want, out)
 			if diff := cmp.Diff(tc.restored, restored); diff != "" {
 				t.Errorf("restored (-want +got)\n%s", diff)
 			}
@@ -593,7 +595,7 @@ func BenchmarkAssembleResponses(b *testing.B) {
 }
 
 func FuzzResponsesAssembler(f *testing.F) {
-	fuzzAssembler(f, respAd,
+	formattest.FuzzAssembler(f, respAd,
 		`{"type":"response.output_item.added","output_index":0,"item":{"id":"rs_1","type":"reasoning","summary":[]}}`+"\n"+
 			`{"type":"response.reasoning_summary_text.delta","output_index":0,"summary_index":1,"delta":"a\"b"}`+"\n"+
 			`{"type":"response.output_item.added","output_index":1,"item":{"type":"function_call","call_id":"c","name":"f","arguments":""}}`+"\n"+

@@ -1,4 +1,4 @@
-package adapters
+package responses
 
 import (
 	"bytes"
@@ -8,14 +8,15 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/openaichat"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
-	"github.com/chronicle-proxy/chronicle/repair"
 )
 
-// ResponsesDialect configures the OpenAI Responses adapter for one family
+// Dialect configures the OpenAI Responses adapter for one family
 // of servers. Override fields per connection by copying a preset.
-type ResponsesDialect struct {
+type Dialect struct {
 	// Name is informative ("openai", "chatgpt").
 	Name string
 	// SessionField is the body field that carries the session id
@@ -26,16 +27,16 @@ type ResponsesDialect struct {
 	SessionHeaders []string
 }
 
-// Responses dialect presets (wire-formats.md §2 and §5.1).
+// Dialect presets (wire-formats.md §2 and §5.1).
 var (
-	// ResponsesOpenAI is api.openai.com/v1/responses and compatible
+	// OpenAI is api.openai.com/v1/responses and compatible
 	// servers: the session id goes in prompt_cache_key.
-	ResponsesOpenAI = ResponsesDialect{Name: "openai", SessionField: "prompt_cache_key"}
-	// ResponsesChatGPT is the ChatGPT/Codex backend
+	OpenAI = Dialect{Name: "openai", SessionField: "prompt_cache_key"}
+	// ChatGPT is the ChatGPT/Codex backend
 	// (chatgpt.com/backend-api/codex/responses): prompt_cache_key plus the
 	// "session-id" header current Codex sends (DESIGN.md "Session ids by
 	// provider").
-	ResponsesChatGPT = ResponsesDialect{Name: "chatgpt", SessionField: "prompt_cache_key",
+	ChatGPT = Dialect{Name: "chatgpt", SessionField: "prompt_cache_key",
 		SessionHeaders: []string{"session-id"}}
 )
 
@@ -49,74 +50,74 @@ const (
 	FieldEncryptedContent = "encrypted_content"
 )
 
-// Responses is the adapter for the OpenAI Responses API (POST
+// Adapter is the adapter for the OpenAI Responses API (POST
 // /v1/responses) and servers speaking it, such as the ChatGPT/Codex
 // backend. Its "messages" are the items of the request's input array, and
 // an assembled turn is the JSON array of output items a client appends to
 // its next input.
-type Responses struct {
-	d ResponsesDialect
+type Adapter struct {
+	d Dialect
 }
 
-// NewResponses returns the Responses adapter for a dialect.
-func NewResponses(d ResponsesDialect) *Responses { return &Responses{d: d} }
+// New returns the Responses adapter for a dialect.
+func New(d Dialect) *Adapter { return &Adapter{d: d} }
 
-var _ Adapter = (*Responses)(nil)
+var _ adapters.Adapter = (*Adapter)(nil)
 
 // Dialect returns the adapter's configuration.
-func (a *Responses) Dialect() ResponsesDialect { return a.d }
+func (a *Adapter) Dialect() Dialect { return a.d }
 
-// Format implements Adapter.
-func (a *Responses) Format() Format { return FormatOpenAIResponses }
+// Format implements adapters.Adapter.
+func (a *Adapter) Format() adapters.Format { return adapters.FormatOpenAIResponses }
 
-// Classify implements Adapter: POST …/responses is a turn (streaming when
+// Classify implements adapters.Adapter: POST …/responses is a turn (streaming when
 // the body says "stream": true); anything else — GET /responses/{id},
 // input_items, cancel, compact, input_tokens — passes through.
-func (a *Responses) Classify(method, path, query string, body []byte) Op {
-	return ClassifyPost(method, path, "/responses", body)
+func (a *Adapter) Classify(method, path, query string, body []byte) adapters.Op {
+	return adapters.ClassifyPost(method, path, "/responses", body)
 }
 
-// Messages implements Adapter: the input items array (a slice of body).
+// Messages implements adapters.Adapter: the input items array (a slice of body).
 // A string input is returned as one user message item
 // {"type":"message","role":"user","content":"…"} (a new slice).
-func (a *Responses) Messages(body []byte) ([]byte, bool) {
+func (a *Adapter) Messages(body []byte) ([]byte, bool) {
 	msgs, _, ok := a.MessagesKnown(body, nil)
 	return msgs, ok
 }
 
-// MessagesKnown implements Adapter.
-func (a *Responses) MessagesKnown(body []byte, known [][]byte) ([]byte, Prefix, bool) {
+// MessagesKnown implements adapters.Adapter.
+func (a *Adapter) MessagesKnown(body []byte, known [][]byte) ([]byte, adapters.Prefix, bool) {
 	r := rawjson.Get(body, "input")
 	switch {
 	case r.Type == gjson.String && jsonscan.ValidString(r.Raw):
 		b := make([]byte, 0, len(r.Raw)+48)
 		b = append(b, `[{"type":"message","role":"user","content":`...)
 		b = append(b, r.Raw...)
-		return append(b, "}]"...), Prefix{}, true
+		return append(b, "}]"...), adapters.Prefix{}, true
 	case r.IsArray():
 		raw := rawjson.RawSlice(body, r)
-		if p, ok := ValidArray(raw, known); ok {
+		if p, ok := adapters.ValidArray(raw, known); ok {
 			return raw, p, true
 		}
 	}
-	return nil, Prefix{}, false
+	return nil, adapters.Prefix{}, false
 }
 
-// SetMessages implements Adapter; input is always written as an array.
-func (a *Responses) SetMessages(body, messages []byte) ([]byte, error) {
+// SetMessages implements adapters.Adapter; input is always written as an array.
+func (a *Adapter) SetMessages(body, messages []byte) ([]byte, error) {
 	if !jsonscan.Valid(messages) || !gjson.Parse(rawjson.Str(messages)).IsArray() {
-		return nil, fmt.Errorf("set input: %w", ErrInvalidJSON)
+		return nil, fmt.Errorf("set input: %w", adapters.ErrInvalidJSON)
 	}
-	return SetRaw(body, "input", messages)
+	return adapters.SetRaw(body, "input", messages)
 }
 
-// System implements Adapter. Responses "instructions" are per request (not
+// System implements adapters.Adapter. Responses "instructions" are per request (not
 // carried over by previous_response_id) and stay in the body; there is no
 // stored system prompt.
-func (a *Responses) System(body []byte) []byte { return nil }
+func (a *Adapter) System(body []byte) []byte { return nil }
 
-// SetSystem implements Adapter as a no-op.
-func (a *Responses) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
+// SetSystem implements adapters.Adapter as a no-op.
+func (a *Adapter) SetSystem(body, system []byte) ([]byte, error) { return body, nil }
 
 // itemKind classifies an input/output item.
 type itemKind uint8
@@ -133,23 +134,23 @@ const (
 // but with "role" is a message.
 func respItemType(it gjson.Result) (string, itemKind) { return respItemTypeRaw(it.Raw) }
 
-// WalkMessages implements Adapter over input items. A message item's Role
+// WalkMessages implements adapters.Adapter over input items. A message item's Role
 // is its role; every other item's Role is its type ("function_call",
 // "function_call_output", "reasoning", or an unknown type as is). Calls
 // come from function_call and custom_tool_call items (call_id, name),
 // Results from function_call_output and custom_tool_call_output (call_id).
 // EmptyText is computed for message items and true for the others.
-func (a *Responses) WalkMessages(messages []byte, fn func(Message) bool) error {
-	return WalkElements(messages, "input", responsesElement, fn)
+func (a *Adapter) WalkMessages(messages []byte, fn func(adapters.Message) bool) error {
+	return adapters.WalkElements(messages, "input", responsesElement, fn)
 }
 
 // responsesElement reads one input item for WalkMessages.
 //
 //go:noinline
-func responsesElement(raw []byte, i int, calls []ToolCall, results []ToolResult) Message {
+func responsesElement(raw []byte, i int, calls []adapters.ToolCall, results []adapters.ToolResult) adapters.Message {
 	item := rawjson.Str(raw)
 	typ, kind := respItemTypeRaw(item)
-	msg := Message{Index: i, Raw: raw, Role: typ, EmptyText: true}
+	msg := adapters.Message{Index: i, Raw: raw, Role: typ, EmptyText: true}
 	switch kind {
 	case kindMessage:
 		role, _ := rawjson.Member(item, "role")
@@ -159,10 +160,10 @@ func responsesElement(raw []byte, i int, calls []ToolCall, results []ToolResult)
 	case kindCall:
 		id, _ := rawjson.Member(item, "call_id")
 		name, _ := rawjson.Member(item, "name")
-		calls = append(calls, ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
+		calls = append(calls, adapters.ToolCall{ID: rawjson.String(id), Name: rawjson.String(name)})
 	case kindResult:
 		id, _ := rawjson.Member(item, "call_id")
-		results = append(results, ToolResult{CallID: rawjson.String(id)})
+		results = append(results, adapters.ToolResult{CallID: rawjson.String(id)})
 	}
 	msg.Calls, msg.Results = calls, results
 	return msg
@@ -222,13 +223,13 @@ func responsesEmptyTextRaw(c string) bool {
 	return true
 }
 
-// PrepareUpstream implements Adapter: it sets the dialect's session field
+// PrepareUpstream implements adapters.Adapter: it sets the dialect's session field
 // (prompt_cache_key) unless the client set one — then the client's value
 // is what the upstream receives — and sets the dialect's session headers
 // to that same value, so body and headers agree. Responses streams always
 // carry usage in response.completed, so nothing is injected for it.
-func (a *Responses) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
-	up := Upstream{Body: body}
+func (a *Adapter) PrepareUpstream(body []byte, p adapters.Prepare) (adapters.Upstream, error) {
+	up := adapters.Upstream{Body: body}
 	sessionID := p.SessionID
 	sid := sessionID
 	if a.d.SessionField != "" {
@@ -246,7 +247,7 @@ func (a *Responses) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		} else if sessionID != "" {
 			var err error
 			if up.Body, err = sjson.SetBytes(body, a.d.SessionField, sessionID); err != nil {
-				return Upstream{}, fmt.Errorf("set %s: %w", a.d.SessionField, err)
+				return adapters.Upstream{}, fmt.Errorf("set %s: %w", a.d.SessionField, err)
 			}
 		}
 	}
@@ -257,30 +258,30 @@ func (a *Responses) PrepareUpstream(body []byte, p Prepare) (Upstream, error) {
 		up.SessionID = sid
 	}
 	for _, h := range a.d.SessionHeaders {
-		up.Headers = append(up.Headers, Header{Name: h, Value: sid})
+		up.Headers = append(up.Headers, adapters.Header{Name: h, Value: sid})
 		up.SessionID = sid
 	}
 	return up, nil
 }
 
-// StripAddedUsage implements Adapter; the Responses adapter never adds
+// StripAddedUsage implements adapters.Adapter; the Responses adapter never adds
 // usage options, so every event is returned as is.
-func (a *Responses) StripAddedUsage(event []byte) ([]byte, bool) { return event, false }
+func (a *Adapter) StripAddedUsage(event []byte) ([]byte, bool) { return event, false }
 
-// ErrorBody implements Adapter with the OpenAI error envelope
+// ErrorBody implements adapters.Adapter with the OpenAI error envelope
 // {"error":{"message","type","param":null,"code"}} (see openaichat.ErrorBody).
-func (a *Responses) ErrorBody(status int, code, message string) []byte {
-	return openAIErrorBody(status, code, message)
+func (a *Adapter) ErrorBody(status int, code, message string) []byte {
+	return openaichat.ErrorBody(status, code, message)
 }
 
-// StreamErrorEvent implements Adapter: an "error" event as Responses
+// StreamErrorEvent implements adapters.Adapter: an "error" event as Responses
 // streams send it (wire-formats.md §2.3, the documented flat shape):
 //
 //	event: error
 //	data: {"type":"error","code":CODE,"message":MSG,"param":null,"sequence_number":0}
 //
 // openai-node throws it as an APIError.
-func (a *Responses) StreamErrorEvent(status int, code, message string) []byte {
+func (a *Adapter) StreamErrorEvent(status int, code, message string) []byte {
 	b := make([]byte, 0, 112+len(code)+len(message))
 	b = append(b, "event: error\ndata: {\"type\":\"error\",\"code\":"...)
 	b = rawjson.AppendString(b, code)
@@ -295,7 +296,7 @@ func (a *Responses) StreamErrorEvent(status int, code, message string) []byte {
 // (response.created, response.completed, …: "response.id"); "" when there
 // is none. The proxy keys stored threads by it to expand
 // previous_response_id.
-func (a *Responses) ResponseID(payload []byte) string {
+func (a *Adapter) ResponseID(payload []byte) string {
 	if id := rawjson.Get(payload, "response.id"); id.Type == gjson.String {
 		return id.Str
 	}
@@ -313,7 +314,7 @@ func (a *Responses) ResponseID(payload []byte) string {
 // previous_response_id is returned unchanged.
 func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 	if !jsonscan.Valid(body) {
-		return nil, fmt.Errorf("expand previous response: %w", ErrInvalidJSON)
+		return nil, fmt.Errorf("expand previous response: %w", adapters.ErrInvalidJSON)
 	}
 	prev := rawjson.Get(body, "previous_response_id")
 	if prev.Type != gjson.String || prev.Str == "" {
@@ -321,9 +322,9 @@ func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 	}
 	st := gjson.Parse(rawjson.Str(storedItems))
 	if !st.IsArray() || !jsonscan.Valid(storedItems) {
-		return nil, fmt.Errorf("expand previous response: stored items: %w", ErrInvalidJSON)
+		return nil, fmt.Errorf("expand previous response: stored items: %w", adapters.ErrInvalidJSON)
 	}
-	in, _ := (&Responses{}).Messages(body)
+	in, _ := (&Adapter{}).Messages(body)
 	merged := make([]byte, 0, len(storedItems)+len(in)+2)
 	merged = append(merged, '[')
 	n := 0
@@ -344,37 +345,37 @@ func ExpandPreviousResponse(body []byte, storedItems []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("expand previous response: %w", err)
 	}
-	if out, err = SetRaw(out, "input", merged); err != nil {
+	if out, err = adapters.SetRaw(out, "input", merged); err != nil {
 		return nil, fmt.Errorf("expand previous response: %w", err)
 	}
 	return out, nil
 }
 
-// ParseResponse implements Adapter for a non-stream Responses body (the
+// ParseResponse implements adapters.Adapter for a non-stream Responses body (the
 // response object): the message is the output array, compacted. An error
 // envelope ({"error":{…}}, or the ChatGPT backend's {"detail":…}) or a
 // response with status "failed" gives FinishError with the error object.
 // Terminal is false only for a background response still queued or in
 // progress.
-func (a *Responses) ParseResponse(body []byte) (Turn, error) {
+func (a *Adapter) ParseResponse(body []byte) (adapters.Turn, error) {
 	if !jsonscan.Valid(body) {
-		return Turn{}, fmt.Errorf("parse response: %w", ErrInvalidJSON)
+		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrInvalidJSON)
 	}
 	root := gjson.Parse(rawjson.Str(body))
 	if !root.IsObject() {
-		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrNoAnswer)
 	}
 	out := root.Get("output")
 	if !out.Exists() {
 		if e := root.Get("error"); e.Exists() && e.Type != gjson.Null {
-			return Turn{Message: []byte("[]"), Finish: FinishError, Terminal: true, Error: []byte(e.Raw)}, nil
+			return adapters.Turn{Message: []byte("[]"), Finish: adapters.FinishError, Terminal: true, Error: []byte(e.Raw)}, nil
 		}
 		if root.Get("detail").Exists() {
-			return Turn{Message: []byte("[]"), Finish: FinishError, Terminal: true, Error: []byte(root.Raw)}, nil
+			return adapters.Turn{Message: []byte("[]"), Finish: adapters.FinishError, Terminal: true, Error: []byte(root.Raw)}, nil
 		}
-		return Turn{}, fmt.Errorf("parse response: %w", ErrNoAnswer)
+		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrNoAnswer)
 	}
-	t := Turn{Terminal: true}
+	t := adapters.Turn{Terminal: true}
 	if out.IsArray() {
 		// The body was checked to be valid JSON, so output is too.
 		t.Message = rawjson.Compact(make([]byte, 0, len(out.Raw)), rawjson.BytesOf(out.Raw))
@@ -394,18 +395,18 @@ func (a *Responses) ParseResponse(body []byte) (Turn, error) {
 	}
 	if e.Exists() {
 		t.Error = []byte(e.Raw)
-		t.Finish = FinishError
+		t.Finish = adapters.FinishError
 	}
 	return t, nil
 }
 
 // responsesCalls lists the function_call and custom_tool_call items of an
 // output array.
-func responsesCalls(items []byte) []ToolCall {
-	var calls []ToolCall
+func responsesCalls(items []byte) []adapters.ToolCall {
+	var calls []adapters.ToolCall
 	gjson.Parse(rawjson.Str(items)).ForEach(func(_, it gjson.Result) bool {
 		if _, k := respItemType(it); k == kindCall {
-			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
+			calls = append(calls, adapters.ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
 		}
 		return true
 	})
@@ -413,11 +414,11 @@ func responsesCalls(items []byte) []ToolCall {
 }
 
 // responsesUsage reads a Responses usage object.
-func responsesUsage(u gjson.Result) Usage {
+func responsesUsage(u gjson.Result) adapters.Usage {
 	if !u.IsObject() {
-		return Usage{}
+		return adapters.Usage{}
 	}
-	us := Usage{Present: true}
+	us := adapters.Usage{Present: true}
 	u.ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "input_tokens":
@@ -436,33 +437,33 @@ func responsesUsage(u gjson.Result) Usage {
 
 // responsesFinish maps a response status (and, for "incomplete", the
 // incomplete_details reason) to a finish reason and its raw value.
-func responsesFinish(status, reason string, hasCalls bool) (FinishReason, string) {
+func responsesFinish(status, reason string, hasCalls bool) (adapters.FinishReason, string) {
 	switch status {
 	case "completed":
 		if hasCalls {
-			return FinishToolCalls, status
+			return adapters.FinishToolCalls, status
 		}
-		return FinishStop, status
+		return adapters.FinishStop, status
 	case "incomplete":
 		if reason == "" {
 			reason = status
 		}
 		if reason == "content_filter" {
-			return FinishContentFilter, reason
+			return adapters.FinishContentFilter, reason
 		}
-		return FinishLength, reason
+		return adapters.FinishLength, reason
 	case "failed", "cancelled":
-		return FinishError, status
+		return adapters.FinishError, status
 	}
-	return FinishNone, status
+	return adapters.FinishNone, status
 }
 
-// Restorable implements Adapter.
-func (a *Responses) Restorable(stored []byte) bool {
+// Restorable implements adapters.Adapter.
+func (a *Adapter) Restorable(stored []byte) bool {
 	return bytes.Contains(stored, []byte(`"reasoning"`))
 }
 
-// Restore implements Adapter for Responses input items. It puts back
+// Restore implements adapters.Adapter for Responses input items. It puts back
 // reasoning items a client dropped and encrypted_content a client
 // stripped, taking them from the stored thread's items:
 //
@@ -481,19 +482,19 @@ func (a *Responses) Restorable(stored []byte) bool {
 // encrypted_content as FieldEncryptedContent, with its index in the
 // returned array. The model does not select anything. Bytes outside the
 // edits are kept; incoming itself is returned when nothing changed.
-func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Restored, error) {
+func (a *Adapter) Restore(incoming, stored []byte, model string) ([]byte, []adapters.Restored, error) {
 	if !a.Restorable(stored) {
 		return incoming, nil, nil // no reasoning item stored: nothing to restore
 	}
 	in := gjson.Parse(rawjson.Str(incoming))
 	if !in.IsArray() {
-		return incoming, nil, fmt.Errorf("restore: %w", ErrNoMessages)
+		return incoming, nil, fmt.Errorf("restore: %w", adapters.ErrNoMessages)
 	}
 	st := gjson.Parse(rawjson.Str(stored))
 	if !st.IsArray() {
 		return incoming, nil, nil
 	}
-	stItems := Elements(st)
+	stItems := adapters.Elements(st)
 	stKinds := make([]itemKind, len(stItems))
 	hasReasoning := false
 	for i, it := range stItems {
@@ -543,7 +544,7 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 			stAsst = append(stAsst, stMsg{it, rs})
 		}
 	}
-	inItems := Elements(in)
+	inItems := adapters.Elements(in)
 	inKinds := make([]itemKind, len(inItems))
 	inRs := map[string]bool{}
 	for i, it := range inItems {
@@ -554,8 +555,8 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 			}
 		}
 	}
-	var edits []Replacement
-	var restored []Restored
+	var edits []adapters.Replacement
+	var restored []adapters.Restored
 	inserted := map[int]bool{}
 	shift, k := 0, -1
 	for i, it := range inItems {
@@ -567,15 +568,15 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 				continue
 			}
 			sr := stItems[j].Get("encrypted_content")
-			if !Usable(sr) || !Dropped(it.Get("encrypted_content")) {
+			if !adapters.Usable(sr) || !adapters.Dropped(it.Get("encrypted_content")) {
 				continue
 			}
-			msg, err := SetField([]byte(it.Raw), "encrypted_content", sr.Raw)
+			msg, err := adapters.SetField([]byte(it.Raw), "encrypted_content", sr.Raw)
 			if err != nil {
 				return incoming, nil, err
 			}
-			edits = append(edits, Replacement{Start: it.Index, End: it.Index + len(it.Raw), Val: msg})
-			restored = append(restored, Restored{Field: FieldEncryptedContent, MessageIndex: i + shift})
+			edits = append(edits, adapters.Replacement{Start: it.Index, End: it.Index + len(it.Raw), Val: msg})
+			restored = append(restored, adapters.Restored{Field: FieldEncryptedContent, MessageIndex: i + shift})
 		case kindCall:
 			j, ok := callRs[it.Get("call_id").Str]
 			if !ok || j < 0 {
@@ -616,11 +617,11 @@ func (a *Responses) Restore(incoming, stored []byte, model string) ([]byte, []Re
 		val := make([]byte, 0, len(srs.Raw)+1)
 		val = append(append(val, srs.Raw...), ',')
 		pos := inItems[at].Index
-		edits = append(edits, Replacement{Start: pos, End: pos, Val: val})
-		restored = append(restored, Restored{Field: FieldReasoning, MessageIndex: at + shift})
+		edits = append(edits, adapters.Replacement{Start: pos, End: pos, Val: val})
+		restored = append(restored, adapters.Restored{Field: FieldReasoning, MessageIndex: at + shift})
 		shift++
 	}
-	return Splice(incoming, edits), restored, nil
+	return adapters.Splice(incoming, edits), restored, nil
 }
 
 // responsesSameText compares two message contents by their text: a string
@@ -645,36 +646,36 @@ func responsesText(c gjson.Result) string {
 	return sb.String()
 }
 
-// ShapeProblem implements Adapter.
-func (a *Responses) ShapeProblem(body []byte) string {
-	return HistoryShapeProblem(body, "input", `The request body must be a JSON object whose "input" is a string or an array of items.`)
+// ShapeProblem implements adapters.Adapter.
+func (a *Adapter) ShapeProblem(body []byte) string {
+	return adapters.HistoryShapeProblem(body, "input", `The request body must be a JSON object whose "input" is a string or an array of items.`)
 }
 
-// MissingModel implements Adapter: the Responses API's own refusal.
-func (a *Responses) MissingModel(model string) (int, []byte, bool) {
+// MissingModel implements adapters.Adapter: the Responses API's own refusal.
+func (a *Adapter) MissingModel(model string) (int, []byte, bool) {
 	if model != "" {
 		return 0, nil, false
 	}
 	return 400, []byte(`{"error":{"message":"Missing required parameter: 'model'.","type":"invalid_request_error","param":"model","code":"missing_required_parameter"}}`), true
 }
 
-// MessageText implements Adapter: the text of the output message items.
-func (a *Responses) MessageText(msg []byte) string {
+// MessageText implements adapters.Adapter: the text of the output message items.
+func (a *Adapter) MessageText(msg []byte) string {
 	var sb strings.Builder
 	gjson.ParseBytes(msg).ForEach(func(_, item gjson.Result) bool {
 		if item.Get("type").Str == "message" {
-			AppendPartsText(&sb, item.Get("content"), false)
+			adapters.AppendPartsText(&sb, item.Get("content"), false)
 		}
 		return true
 	})
 	return sb.String()
 }
 
-// ReplyMessages implements Adapter: the reply's output items, one thread
+// ReplyMessages implements adapters.Adapter: the reply's output items, one thread
 // message each.
-func (a *Responses) ReplyMessages(reply []byte) [][]byte {
+func (a *Adapter) ReplyMessages(reply []byte) [][]byte {
 	var out [][]byte
-	_ = a.WalkMessages(reply, func(m Message) bool {
+	_ = a.WalkMessages(reply, func(m adapters.Message) bool {
 		out = append(out, append([]byte(nil), m.Raw...))
 		return true
 	})
@@ -682,40 +683,22 @@ func (a *Responses) ReplyMessages(reply []byte) [][]byte {
 }
 
 // ExpandPreviousResponse implements Chainer.
-func (a *Responses) ExpandPreviousResponse(body, stored []byte) ([]byte, error) {
+func (a *Adapter) ExpandPreviousResponse(body, stored []byte) ([]byte, error) {
 	return ExpandPreviousResponse(body, stored)
 }
 
-// Repair implements Adapter.
-func (a *Responses) Repair(items []byte, opts repair.Options) (repair.Result, error) {
-	return repair.Responses(items, opts)
-}
+// Wire is the OpenAI Responses format, as adapters/formats registers it.
+// Its dialects are named by Dialect.Name; "" is OpenAI.
+var Wire = adapters.Wire{Format: adapters.FormatOpenAIResponses, New: newWire}
 
-// Skim implements Adapter.
-func (a *Responses) Skim(item []byte) repair.Skim { return repair.SkimResponses(item) }
+// dialects are the presets by name.
+var dialects = map[string]Dialect{"": OpenAI, OpenAI.Name: OpenAI, ChatGPT.Name: ChatGPT}
 
-// ValidSkimsAt implements Adapter.
-func (a *Responses) ValidSkimsAt(n int, at func(int) *repair.Skim) bool {
-	return repair.ValidSkimsAt(n, at)
-}
-
-// openAIErrorBody is openaichat.ErrorBody (until this format has a
-// package of its own: adapters cannot import openaichat).
-func openAIErrorBody(status int, code, message string) []byte {
-	typ := "invalid_request_error"
-	switch {
-	case status == 429:
-		typ = "rate_limit_error"
-	case status >= 500:
-		typ = "server_error"
+func newWire(dialect string, sessionHeaders []string) (adapters.Adapter, bool) {
+	d, ok := dialects[dialect]
+	if !ok {
+		return nil, false
 	}
-	b := make([]byte, 0, 96+len(message)+len(code))
-	b = append(b, `{"error":{"message":`...)
-	b = rawjson.AppendString(b, message)
-	b = append(b, `,"type":`...)
-	b = rawjson.AppendString(b, typ)
-	b = append(b, `,"param":null,"code":`...)
-	b = rawjson.AppendString(b, code)
-	b = append(b, "}}"...)
-	return b
+	d.SessionHeaders = append(append([]string(nil), d.SessionHeaders...), sessionHeaders...)
+	return New(d), true
 }

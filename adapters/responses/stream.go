@@ -1,4 +1,4 @@
-package adapters
+package responses
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
 	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
@@ -16,8 +17,8 @@ import (
 // doneMarker is the end marker of OpenAI chat streams.
 var doneMarker = []byte("[DONE]")
 
-// NewAssembler implements Adapter.
-func (a *Responses) NewAssembler() Assembler { return &responsesAssembler{} }
+// NewAssembler implements adapters.Adapter.
+func (a *Adapter) NewAssembler() adapters.Assembler { return &responsesAssembler{} }
 
 // responsesAssembler rebuilds the output items of a Responses stream, as
 // the official SDKs do. Items are keyed by output_index. The assembled
@@ -37,7 +38,7 @@ type responsesAssembler struct {
 
 	output    []byte // raw output array of the terminal response
 	outputN   int
-	usage     Usage
+	usage     adapters.Usage
 	status    []byte
 	reason    []byte
 	terminal  bool
@@ -75,7 +76,7 @@ func (s *responsesAssembler) Reset() {
 	s.nitems = 0
 	s.output = s.output[:0]
 	s.outputN = 0
-	s.usage = Usage{}
+	s.usage = adapters.Usage{}
 	s.status, s.reason = s.status[:0], s.reason[:0]
 	s.terminal = false
 	s.errRaw = s.errRaw[:0]
@@ -139,7 +140,7 @@ func (s *responsesAssembler) Feed(data []byte) error {
 		return nil
 	}
 	if len(data) == 0 || data[0] != '{' || !jsonscan.Valid(data) {
-		return fmt.Errorf("responses event: %w", ErrInvalidJSON)
+		return fmt.Errorf("responses event: %w", adapters.ErrInvalidJSON)
 	}
 	var typ, outIdx, cIdx, sIdx, delta, text, item, resp, errv string
 	rawjson.EachMember(rawjson.Str(data), func(k, v string) bool {
@@ -286,7 +287,7 @@ func (s *responsesAssembler) eventError(data []byte, errv string) {
 }
 
 // Result implements Assembler.
-func (s *responsesAssembler) Result() Turn {
+func (s *responsesAssembler) Result() adapters.Turn {
 	var m []byte
 	if s.outputN > 0 && s.outputN >= s.nitems {
 		m = s.output
@@ -307,14 +308,14 @@ func (s *responsesAssembler) Result() Turn {
 		buf.Reset()
 		buf.WriteString("[]")
 	}
-	t := Turn{Message: buf.Bytes(), Usage: s.usage, Terminal: s.terminal}
+	t := adapters.Turn{Message: buf.Bytes(), Usage: s.usage, Terminal: s.terminal}
 	t.ToolCalls = responsesCalls(t.Message)
 	if s.terminal {
 		t.Finish, t.FinishRaw = responsesFinish(string(s.status), string(s.reason), len(t.ToolCalls) > 0)
 	}
 	if len(s.errRaw) > 0 {
 		t.Error = append([]byte(nil), s.errRaw...)
-		t.Finish = FinishError
+		t.Finish = adapters.FinishError
 		if t.FinishRaw == "" {
 			t.FinishRaw = "error"
 		}
