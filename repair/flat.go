@@ -24,12 +24,12 @@ type FlatRules interface {
 // Flat repairs a history of a flat format. See the package documentation
 // for the rules.
 func Flat(f FlatRules, messages []byte, opts Options) (Result, error) {
-	return run(f, messages, opts, func(h *history, opts *Options) builder {
+	return run(f, messages, opts, func(h *history, opts Options) builder {
 		return flat(f, h, len(messages), opts)
 	})
 }
 
-func flat(f FlatRules, h *history, size int, opts *Options) builder {
+func flat(f FlatRules, h *history, size int, opts Options) builder {
 	els := h.els
 	n := len(els)
 	dropped := make([]bool, n)
@@ -133,7 +133,7 @@ func flat(f FlatRules, h *history, size int, opts *Options) builder {
 				emitResult(c.res)
 				b.edit(KindMovedResult, c.newID, c.name)
 			default:
-				b.emit(str(f.AppendSynthetic(nil, c.newID, interruptedText(c.name, opts))))
+				b.emit(str(f.AppendSynthetic(nil, c.newID, interruptedText(c.name, &opts))))
 				b.edit(KindSyntheticResult, c.newID, c.name)
 				b.interrupted(c.newID, c.name)
 			}

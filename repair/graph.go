@@ -283,6 +283,8 @@ type history struct {
 	// partOpen: the last item is a part whose call or result, if any, has
 	// not been reported yet.
 	partOpen bool
+	// s is the Scanner reporting to it (one allocation with it).
+	s Scanner
 }
 
 // element is one element of a read history.
@@ -304,11 +306,11 @@ type item struct {
 // read reads every element of arr with f's Scan.
 func read(f Rules, arr gjson.Result) *history {
 	h := &history{}
-	s := &Scanner{mode: scanRead, h: h}
+	h.s = Scanner{mode: scanRead, h: h}
 	Each(arr, func(v gjson.Result) bool {
 		h.els = append(h.els, element{raw: v.Raw, first: len(h.items)})
 		h.partOpen = false
-		f.Scan(v, s)
+		f.Scan(v, &h.s)
 		h.els[len(h.els)-1].end = len(h.items)
 		return true
 	})

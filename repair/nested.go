@@ -30,12 +30,12 @@ type NestedRules interface {
 // Nested repairs a history of a nested format. See the package
 // documentation for the rules.
 func Nested(f NestedRules, messages []byte, opts Options) (Result, error) {
-	return run(f, messages, opts, func(h *history, opts *Options) builder {
+	return run(f, messages, opts, func(h *history, opts Options) builder {
 		return nested(f, h, len(messages), opts)
 	})
 }
 
-func nested(f NestedRules, h *history, size int, opts *Options) builder {
+func nested(f NestedRules, h *history, size int, opts Options) builder {
 	els := h.els
 	n := len(els)
 	dropped := make([]bool, n)
@@ -198,7 +198,7 @@ func nested(f NestedRules, h *history, size int, opts *Options) builder {
 				if !c.hasID {
 					id = ""
 				}
-				ps = f.AppendSynthetic(ps, Call{ID: id, Name: c.name}, interruptedText(c.name, opts))
+				ps = f.AppendSynthetic(ps, Call{ID: id, Name: c.name}, interruptedText(c.name, &opts))
 				b.edit(KindSyntheticResult, c.newID, c.name)
 				b.interrupted(c.newID, c.name)
 			}

@@ -113,7 +113,7 @@ func parseArray(b []byte, valid bool) (gjson.Result, error) {
 // run is what every repair does around its format's slow path: check
 // that messages is a JSON array (unless opts says the caller has), return
 // it as it is when the check finds no defect, else rebuild it with slow.
-func run(f Rules, messages []byte, opts Options, slow func(h *history, opts *Options) builder) (Result, error) {
+func run(f Rules, messages []byte, opts Options, slow func(h *history, opts Options) builder) (Result, error) {
 	arr, err := parseArray(messages, opts.Valid)
 	if err != nil {
 		return Result{}, err
@@ -121,8 +121,7 @@ func run(f Rules, messages []byte, opts Options, slow func(h *history, opts *Opt
 	if valid(f, arr) {
 		return Result{Messages: messages}, nil
 	}
-	o := opts // a copy that only the slow path takes the address of
-	b := slow(read(f, arr), &o)
+	b := slow(read(f, arr), opts)
 	return b.result(messages), nil
 }
 
