@@ -1,16 +1,41 @@
-// Package adapters owns the provider wire formats: for each one (OpenAI chat
-// completions — also DeepSeek, Gemini's OpenAI-compatible endpoint and other
-// OpenAI-compatible servers, which are configurations of one schema — and
-// Gemini native) it classifies request paths, reads and replaces the
-// messages array, assembles a streamed or non-streamed answer into the
-// message a client appends to its history, reads usage and finish reasons,
-// lists tool calls and results, hashes messages, restores provider fields a
-// client dropped, injects session ids and usage options, and writes errors in
-// the provider's shape.
+// Package adapters is the contract every provider wire format meets, and
+// what the formats share. Each format is a package of its own (openaichat:
+// OpenAI chat completions and its dialects — DeepSeek, Gemini's
+// OpenAI-compatible endpoint and other OpenAI-compatible servers; gemini:
+// Gemini native; responses: OpenAI Responses), and adapters/formats is the
+// lookup the proxy picks one with. This package owns the types they speak
+// in (Format, Op, Turn, Usage, Message, Assembler, Prepare, Upstream, …),
+// the Adapter interface, made of one small interface per concern, and the
+// shared helpers: message hashing, known-prefix matching of a history the
+// proxy keeps, the walk over a messages array, Gemini's JSON-array stream
+// reader, restoration and request helpers; the raw-JSON helpers are in
+// adapters/rawjson, validation in adapters/jsonscan, SSE in adapters/sse.
 //
 // Bodies are read with gjson and edited with sjson on the raw bytes; nothing
 // is unmarshalled and re-marshalled, so untouched bytes and unknown fields
 // survive exactly. The package knows nothing about storage or HTTP servers.
+//
+// # A new wire format
+//
+// A format is one package under adapters that imports adapters and repair
+// (never the other way round) and provides:
+//
+//   - an Adapter implementation: reading and editing the request
+//     (RequestReader), the session id and usage options sent upstream
+//     (UpstreamShaper), a streaming Assembler and ParseResponse
+//     (AnswerAssembler), Restore, and Repair, Skim and ValidSkimsAt through
+//     package repair (HistoryKeeper), and its errors (ErrorShaper);
+//     Chainer too if its requests can chain on a stored answer;
+//   - its repair rules: a repair.Rules Scan giving each element of a
+//     history its role, calls and results, and the repair.FlatRules or
+//     repair.NestedRules edits, handed to repair.Flat or repair.Nested;
+//   - one exported value, Wire (its Format, and New building the adapter
+//     of a dialect with a connection's session headers), registered in
+//     adapters/formats with the providers and paths that speak it;
+//   - its tests, goldens and fuzz targets, on adapters/internal/formattest.
+//
+// A new Format value is a new stored format name; existing ones never
+// change.
 package adapters
 
 import (

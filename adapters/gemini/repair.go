@@ -167,8 +167,9 @@ func (geminiRules) AppendSynthetic(dst []byte, c repair.Call, text string) []byt
 	return append(dst, `}}}`...)
 }
 
-// AppendOrphan implements repair.NestedRules: a text part, the compacted JSON of
-// functionResponse.response after the header.
+// AppendOrphan implements repair.NestedRules: the part {"text":…}, the
+// compacted JSON of functionResponse.response after the header and a
+// newline.
 func (geminiRules) AppendOrphan(dst []byte, p, header string) []byte {
 	dst = append(dst, `{"text":`...)
 	if resp := parseGMPart(gjson.Parse(p)).response; resp != "" {

@@ -129,7 +129,10 @@ func (chatRules) AppendSynthetic(dst []byte, id, text string) []byte {
 	return append(dst, '}')
 }
 
-// AppendOrphan implements repair.FlatRules.
+// AppendOrphan implements repair.FlatRules: {"role":"user","content":…},
+// where a string content is appended after a newline, an array content
+// keeps its parts after a first text part holding the header, and a null
+// or absent content leaves the header alone.
 func (chatRules) AppendOrphan(dst []byte, el, header string) []byte {
 	return oaOrphan(dst, gjson.Parse(parseOA(gjson.Parse(el)).content), header)
 }

@@ -128,7 +128,9 @@ func (responsesRules) AppendSynthetic(dst []byte, id, text string) []byte {
 	return append(dst, '}')
 }
 
-// AppendOrphan implements repair.FlatRules.
+// AppendOrphan implements repair.FlatRules:
+// {"type":"message","role":"user","content":[{"type":"input_text","text":…},…]},
+// following OpenAI chat's rules for a string or array output.
 func (responsesRules) AppendOrphan(dst []byte, el, header string) []byte {
 	return rsOrphan(dst, gjson.Parse(parseRS(gjson.Parse(el)).output), header)
 }
