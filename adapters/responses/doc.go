@@ -7,9 +7,9 @@
 // It owns the format whole: reading and editing a request's input
 // (responses.go), assembling a streamed or non-streamed answer
 // (responses.go, stream.go), restoring the reasoning items and encrypted
-// content a client dropped, expanding previous_response_id for an
-// upstream that keeps no state, the repair rules of an input array and
-// its skims (repair.go), and chronicle's errors (OpenAI's envelope, and
-// the Responses stream's error event). The proxy reaches it through Wire,
-// which adapters/formats registers.
+// content a client dropped (restore.go), expanding previous_response_id
+// for an upstream that keeps no state, the repair rules of an input array
+// and its skims (repair.go), and chronicle's errors (OpenAI's envelope,
+// and the Responses stream's error event). The proxy reaches it through
+// Wire, which adapters/formats registers.
 package responses
