@@ -1,23 +1,47 @@
-// Package adapters owns the provider wire formats: for each one (OpenAI chat
-// completions — also DeepSeek, Gemini's OpenAI-compatible endpoint and other
-// OpenAI-compatible servers, which are configurations of one schema — and
-// Gemini native) it classifies request paths, reads and replaces the
-// messages array, assembles a streamed or non-streamed answer into the
-// message a client appends to its history, reads usage and finish reasons,
-// lists tool calls and results, hashes messages, restores provider fields a
-// client dropped, injects session ids and usage options, and writes errors in
-// the provider's shape.
+// Package adapters is the contract every provider wire format meets, and
+// what the formats share. Each format is a package of its own (openaichat:
+// OpenAI chat completions and its dialects — DeepSeek, Gemini's
+// OpenAI-compatible endpoint and other OpenAI-compatible servers; gemini:
+// Gemini native; responses: OpenAI Responses), and adapters/formats is the
+// lookup the proxy picks one with. This package owns the types they speak
+// in (Format, Op, Turn, Usage, Message, Assembler, Prepare, Upstream, …),
+// the Adapter interface, made of one small interface per concern, and the
+// shared helpers: message hashing, known-prefix matching of a history the
+// proxy keeps, the walk over a messages array, Gemini's JSON-array stream
+// reader, restoration and request helpers; the raw-JSON helpers are in
+// adapters/rawjson, validation in adapters/jsonscan, SSE in adapters/sse.
 //
 // Bodies are read with gjson and edited with sjson on the raw bytes; nothing
 // is unmarshalled and re-marshalled, so untouched bytes and unknown fields
 // survive exactly. The package knows nothing about storage or HTTP servers.
+//
+// # A new wire format
+//
+// A format is one package under adapters that imports adapters and repair
+// (never the other way round) and provides:
+//
+//   - an Adapter implementation: reading and editing the request
+//     (RequestReader), the session id and usage options sent upstream
+//     (UpstreamShaper), a streaming Assembler and ParseResponse
+//     (AnswerAssembler), Restore, and Repair, Skim and ValidSkimsAt through
+//     package repair (HistoryKeeper), and its errors (ErrorShaper);
+//     Chainer too if its requests can chain on a stored answer;
+//   - its repair rules: a repair.Rules Scan giving each element of a
+//     history its role, calls and results, and the repair.FlatRules or
+//     repair.NestedRules edits, handed to repair.Flat or repair.Nested;
+//   - one exported value, Wire (its Format, and New building the adapter
+//     of a dialect with a connection's session headers), registered in
+//     adapters/formats with the providers and paths that speak it;
+//   - its tests, goldens and fuzz targets, on adapters/internal/formattest.
+//
+// A new Format value is a new stored format name; existing ones never
+// change.
 package adapters
 
 import (
 	"errors"
-	"unsafe"
 
-	"github.com/tidwall/gjson"
+	"github.com/chronicle-proxy/chronicle/repair"
 )
 
 // Sentinel errors returned (wrapped) by this package.
@@ -199,11 +223,21 @@ type Header struct {
 	Name, Value string
 }
 
-// Adapter is what the proxy asks about one wire format. Implementations are
+// Adapter is what the proxy asks about one wire format: the small
+// interfaces below, one per concern, in one value. Implementations are
 // immutable and safe for concurrent use.
 type Adapter interface {
 	// Format names the wire format.
 	Format() Format
+	RequestReader
+	UpstreamShaper
+	AnswerAssembler
+	HistoryKeeper
+	ErrorShaper
+}
+
+// RequestReader reads and edits a request body of the format.
+type RequestReader interface {
 	// Classify says what a request is. path is the upstream path (after
 	// the connection segment), query the raw query string.
 	Classify(method, path, query string, body []byte) Op
@@ -225,18 +259,22 @@ type Adapter interface {
 	// WalkMessages calls fn for each message of a messages array, in
 	// order, until fn returns false.
 	WalkMessages(messages []byte, fn func(Message) bool) error
-	// NewAssembler returns an assembler for this format's streams.
-	NewAssembler() Assembler
-	// ParseResponse assembles a non-stream response body.
-	ParseResponse(body []byte) (Turn, error)
-	// Restore puts back provider fields that incoming messages dropped,
-	// taking them from the stored thread's messages; model selects the
-	// provider's rule for what is sent back. It returns incoming itself
-	// when nothing changed.
-	Restore(incoming, stored []byte, model string) ([]byte, []Restored, error)
-	// Restorable reports whether a stored message carries a field Restore
-	// could put back; Restore changes nothing when no stored message does.
-	Restorable(stored []byte) bool
+	// ShapeProblem says what is wrong with a generate request body, valid
+	// JSON, in which MessagesKnown found no history: "" when the body is a
+	// JSON object without the format's history member (or with it null),
+	// which continues the stored thread; otherwise one sentence for the
+	// caller, naming the member the format expects. It reads only bodies
+	// the fast path refused.
+	ShapeProblem(body []byte) string
+	// MissingModel is the provider's own refusal of a generate request
+	// that names no model (model is ""), where the provider wants one in
+	// the body: its status and body, and refused=false when the provider
+	// accepts such a request (or model is set).
+	MissingModel(model string) (status int, body []byte, refused bool)
+}
+
+// UpstreamShaper edits what goes to the upstream and what comes back.
+type UpstreamShaper interface {
 	// PrepareUpstream injects the session id (when the format uses one)
 	// and, for streams, asks for usage. It returns the new body, header
 	// edits, the session id the upstream receives ("" if none) and whether
@@ -246,11 +284,81 @@ type Adapter interface {
 	// StripAddedUsage removes from one forwarded SSE event what
 	// chronicle's include_usage added. See the implementations.
 	StripAddedUsage(event []byte) (out []byte, drop bool)
+}
+
+// AnswerAssembler reads the provider's answer.
+type AnswerAssembler interface {
+	// NewAssembler returns an assembler for this format's streams.
+	NewAssembler() Assembler
+	// ParseResponse assembles a non-stream response body.
+	ParseResponse(body []byte) (Turn, error)
+	// MessageText returns the visible text of an assembled message (a
+	// reply so far, for a run's partial snapshot); reasoning is left out.
+	MessageText(msg []byte) string
+	// ReplyMessages splits an assembled reply (Turn.Message) into the
+	// messages it adds to the thread, each a copy or the reply itself.
+	ReplyMessages(reply []byte) [][]byte
+}
+
+// HistoryKeeper keeps a thread's history one the provider accepts.
+type HistoryKeeper interface {
+	// Restore puts back provider fields that incoming messages dropped,
+	// taking them from the stored thread's messages; model selects the
+	// provider's rule for what is sent back. It returns incoming itself
+	// when nothing changed.
+	Restore(incoming, stored []byte, model string) ([]byte, []Restored, error)
+	// Restorable reports whether a stored message carries a field Restore
+	// could put back; Restore changes nothing when no stored message does.
+	Restorable(stored []byte) bool
+	// Repair makes a messages array valid to send (package repair, with
+	// this format's rules).
+	Repair(messages []byte, opts repair.Options) (repair.Result, error)
+	// Skim is what Repair's check reads of one message, to keep with it.
+	Skim(msg []byte) repair.Skim
+	// ValidSkimsAt reports whether Repair would leave the history of the
+	// n skims at returns, in order, as it is.
+	ValidSkimsAt(n int, at func(int) *repair.Skim) bool
+}
+
+// ErrorShaper writes chronicle's own errors in the provider's shape.
+type ErrorShaper interface {
 	// ErrorBody is chronicle's own error in the provider's shape.
 	ErrorBody(status int, code, message string) []byte
 	// StreamErrorEvent is the SSE event that reports an error after a
 	// stream's headers went out.
 	StreamErrorEvent(status int, code, message string) []byte
+}
+
+// Chainer is an Adapter whose requests may chain on a stored answer by
+// its id instead of repeating the history (the Responses API's
+// previous_response_id). Formats without such chaining do not implement
+// it.
+type Chainer interface {
+	// ExpandPreviousResponse rewrites a request that chains on a stored
+	// answer for an upstream that keeps no state: the reference removed,
+	// stored (the JSON array of the chained thread's messages) put before
+	// the request's own. A body that chains on nothing is returned as it
+	// is.
+	ExpandPreviousResponse(body, stored []byte) ([]byte, error)
+}
+
+// Wire is one wire format as its package exports it: the one value the
+// lookup (adapters/formats) registers for the format.
+type Wire struct {
+	// Format names the format.
+	Format Format
+	// New returns the format's adapter in one of its dialects (the
+	// format's configurations for families of servers; "" is its
+	// default), with sessionHeaders (a connection's) added to the
+	// dialect's own session headers. ok is false for a dialect the format
+	// does not have.
+	New func(dialect string, sessionHeaders []string) (a Adapter, ok bool)
+}
+
+// MissingModel is a.MissingModel(model), for callers that hold an
+// Adapter.
+func MissingModel(a Adapter, model string) (status int, body []byte, refused bool) {
+	return a.MissingModel(model)
 }
 
 // Prepare is what PrepareUpstream needs besides the body.
@@ -300,68 +408,4 @@ func (u Upstream) Bytes() []byte {
 	}
 	out := make([]byte, 0, u.Len())
 	return append(append(append(out, u.Body[:u.At]...), u.Insert...), u.Body[u.At:]...)
-}
-
-// str returns a string that aliases b without copying. The caller must not
-// let it outlive b or modify b while it is in use.
-func str(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(unsafe.SliceData(b), len(b))
-}
-
-// bytesOf returns bytes that alias s without copying; the caller must not
-// modify them.
-func bytesOf(s string) []byte {
-	return unsafe.Slice(unsafe.StringData(s), len(s))
-}
-
-// get is gjson.GetBytes without the copy gjson makes: the result's Raw
-// aliases body.
-func get(body []byte, path string) gjson.Result {
-	return gjson.Get(str(body), path)
-}
-
-// rawSlice returns the bytes of r as a slice of body (no copy) when r
-// indexes body, else a copy of r.Raw; nil when r does not exist.
-func rawSlice(body []byte, r gjson.Result) []byte {
-	if !r.Exists() {
-		return nil
-	}
-	if r.Index > 0 || (len(body) >= len(r.Raw) && str(body[:len(r.Raw)]) == r.Raw) {
-		return body[r.Index : r.Index+len(r.Raw)]
-	}
-	return []byte(r.Raw)
-}
-
-// unquoteRaw returns the content of a raw JSON string literal without its
-// quotes, still escaped.
-func unquoteRaw(raw string) string {
-	if len(raw) >= 2 && raw[0] == '"' {
-		return raw[1 : len(raw)-1]
-	}
-	return ""
-}
-
-// knownRole returns a constant for common roles so walking messages does not
-// allocate a string per message.
-func knownRole(r gjson.Result) string {
-	switch r.Raw {
-	case `"user"`:
-		return "user"
-	case `"assistant"`:
-		return "assistant"
-	case `"system"`:
-		return "system"
-	case `"developer"`:
-		return "developer"
-	case `"tool"`:
-		return "tool"
-	case `"model"`:
-		return "model"
-	case `"function"`:
-		return "function"
-	}
-	return r.String()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 // Hash identifies a message's JSON value for prefix comparison.
@@ -93,11 +94,11 @@ func hashValue(h hash.Hash, v gjson.Result) {
 	case gjson.Number:
 		h.Write([]byte{'n'})
 		writeLen(len(v.Raw))
-		h.Write(bytesOf(v.Raw))
+		h.Write(rawjson.BytesOf(v.Raw))
 	case gjson.String:
 		h.Write([]byte{'s'})
 		writeLen(len(v.Str))
-		writeLong(h, bytesOf(v.Str))
+		writeLong(h, rawjson.BytesOf(v.Str))
 	case gjson.JSON:
 		if v.IsArray() {
 			h.Write([]byte{'a'})
@@ -126,7 +127,7 @@ func hashValue(h hash.Hash, v gjson.Result) {
 		writeLen(len(kvs))
 		for _, e := range kvs {
 			writeLen(len(e.k))
-			h.Write(bytesOf(e.k))
+			h.Write(rawjson.BytesOf(e.k))
 			hashValue(h, e.v)
 		}
 	}
@@ -139,7 +140,7 @@ func hashValue(h hash.Hash, v gjson.Result) {
 // (an escaped key or string, a number, a literal) goes through gjson.
 // FuzzHashRaw checks the two agree.
 func hashRaw(h hash.Hash, raw []byte) {
-	i, j := skipSpace(raw, 0), len(raw)
+	i, j := rawjson.SkipSpace(raw, 0), len(raw)
 	for j > i && (raw[j-1] == ' ' || raw[j-1] == '\t' || raw[j-1] == '\n' || raw[j-1] == '\r') {
 		j--
 	}
@@ -169,7 +170,7 @@ func hashRaw(h hash.Hash, raw []byte) {
 //
 //go:noinline
 func hashParsed(h hash.Hash, raw []byte) {
-	hashValue(h, gjson.Parse(str(raw)))
+	hashValue(h, gjson.Parse(rawjson.Str(raw)))
 }
 
 // hashString hashes a valid JSON string.
@@ -197,12 +198,12 @@ func writeLen(h hash.Hash, l int) {
 // takes one of their frames and one of hashRaw's, so they hold offsets,
 // not slices: a reply's hash runs on the connection's goroutine at a
 // stream's end, where every frame counts against the 8 KiB stack an open
-// stream keeps (docs/design.md).
+// stream keeps (docs/design.md, "Runtime mechanics").
 //
 //go:noinline
 func hashArray(h hash.Hash, raw []byte) bool {
 	var buf [8][2]int
-	spans, ok := arrayElements(raw, buf[:0])
+	spans, ok := rawjson.ArrayElements(raw, buf[:0])
 	if !ok {
 		return false
 	}
@@ -220,8 +221,8 @@ func hashObject(h hash.Hash, raw []byte) bool {
 	var buf [8]kv
 	kvs := buf[:0]
 	failed := false
-	walked := walkMembers(raw, func(key []byte, at int) (bool, int) {
-		end, ok := skipValue(raw, at)
+	walked := rawjson.WalkMembers(raw, func(key []byte, at int) (bool, int) {
+		end, ok := rawjson.SkipValue(raw, at)
 		if !ok || end > math.MaxInt32 {
 			failed = true
 			return true, 0

@@ -2,13 +2,13 @@ package adapters
 
 import (
 	"bytes"
-	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/chronicle-proxy/chronicle/adapters/jsonscan"
+	"github.com/chronicle-proxy/chronicle/adapters/rawjson"
 )
 
 func TestKnownPrefix(t *testing.T) {
@@ -53,32 +53,8 @@ func TestValidArraySkipsOnlyKnownElements(t *testing.T) {
 		{`[{"a":1},{"b":2},]`, false},
 		{`[ {"a":1} ,{"b":2} ] `, true},
 	} {
-		if _, got := validArray([]byte(tc.arr), known); got != tc.want {
+		if _, got := ValidArray([]byte(tc.arr), known); got != tc.want {
 			t.Errorf("validArray(%s) = %v, want %v", tc.arr, got, tc.want)
-		}
-	}
-}
-
-func TestInsertAbsentKey(t *testing.T) {
-	for _, tc := range []struct {
-		body, want string
-		ok         bool
-	}{
-		{`{"model":"m","messages":[]}`, `{"model":"m","messages":[],"k":"v"}`, true},
-		{` { } `, ` { "k":"v"} `, true},
-		{`{}`, `{"k":"v"}`, true},
-		{"{\"a\":1}\n", "{\"a\":1,\"k\":\"v\"}\n", true},
-		{`{"k":"x"}`, ``, false},
-		{`{"messages":[{"content":"say \"k\""}]}`, `{"messages":[{"content":"say \"k\""}],"k":"v"}`, true},
-		{`{"messages":[{"content":"k"}]}`, ``, false},
-		{`{"\u006b":"x"}`, ``, false},
-		{`{"caf\u00e9":1}`, `{"caf\u00e9":1,"k":"v"}`, true},
-		{`[1]`, ``, false},
-		{`{"a":1`, ``, false},
-	} {
-		got, ok := insertAbsentKey([]byte(tc.body), nil, "k", []byte(`"v"`))
-		if ok != tc.ok || string(got) != tc.want {
-			t.Errorf("insertAbsentKey(%s) = %s, %v; want %s, %v", tc.body, got, ok, tc.want, tc.ok)
 		}
 	}
 }
@@ -86,18 +62,18 @@ func TestInsertAbsentKey(t *testing.T) {
 // A key inside the skipped messages array does not count; one outside does.
 func TestInsertAbsentKeySkipsMessages(t *testing.T) {
 	body := []byte(`{"messages":[{"content":"\"k\":1 \u006b"}],"model":"m"}`)
-	msgs, _, _ := arrayAt(body, "messages", nil)
-	got, ok := insertAbsentKey(body, msgs, "k", []byte("1"))
+	msgs, _, _ := KnownArray(body, "messages", nil)
+	got, ok := rawjson.InsertAbsentKey(body, msgs, "k", []byte("1"))
 	if !ok || string(got) != `{"messages":[{"content":"\"k\":1 \u006b"}],"model":"m","k":1}` {
 		t.Fatalf("got %s, %v", got, ok)
 	}
 	body = []byte(`{"messages":[],"k":2}`)
-	msgs, _, _ = arrayAt(body, "messages", nil)
-	if _, ok := insertAbsentKey(body, msgs, "k", []byte("1")); ok {
+	msgs, _, _ = KnownArray(body, "messages", nil)
+	if _, ok := rawjson.InsertAbsentKey(body, msgs, "k", []byte("1")); ok {
 		t.Fatal("inserted a key the body has")
 	}
 	// A slice of another buffer is not skipped.
-	if _, ok := insertAbsentKey([]byte(`{"k":1}`), []byte(`{"k":1}`), "k", []byte("1")); ok {
+	if _, ok := rawjson.InsertAbsentKey([]byte(`{"k":1}`), []byte(`{"k":1}`), "k", []byte("1")); ok {
 		t.Fatal("skipped a foreign slice")
 	}
 }
@@ -117,9 +93,9 @@ func checkKnownArrayAt(t *testing.T, body []byte) {
 			return true
 		})
 	}
-	// arrayAt without known elements (its walk, or gjson) reads what
+	// KnownArray without known elements (its walk, or gjson) reads what
 	// gjson reads.
-	if got, _, ok := arrayAt(body, "messages", nil); ok != r.IsArray() || ok && string(got) != r.Raw {
+	if got, _, ok := KnownArray(body, "messages", nil); ok != r.IsArray() || ok && string(got) != r.Raw {
 		t.Fatalf("arrayAt(%s) = %s, %v; gjson finds %s", body, got, ok, r.Raw)
 	}
 	for k := 0; k <= len(elems); k++ {
@@ -133,27 +109,27 @@ func checkKnownArrayAt(t *testing.T, body []byte) {
 		if !r.IsArray() || string(got) != r.Raw {
 			t.Fatalf("knownArrayAt(%s, %d known) = %s; gjson finds %s", body, k, got, r.Raw)
 		}
-		if want, _, _ := arrayAt(body, "messages", nil); string(want) != string(got) {
+		if want, _, _ := KnownArray(body, "messages", nil); string(want) != string(got) {
 			t.Fatalf("arrayAt differs with and without known elements: %s vs %s", got, want)
 		}
 	}
 }
 
-// knownAt is knownArrayAt for the array at the top-level key, as arrayAt
+// knownAt is knownArrayAt for the array at the top-level key, as KnownArray
 // finds it.
 func knownAt(body []byte, key string, known [][]byte) ([]byte, Prefix, bool) {
-	start, ok := topLevelValue(body, key)
+	start, ok := rawjson.TopLevelValue(body, key)
 	if !ok || start >= len(body) || body[start] != '[' {
 		return nil, Prefix{}, false
 	}
 	return knownArrayAt(body, start, known)
 }
 
-// ValidAround on the array arrayAt finds answers what Valid answers for
+// ValidAround on the array KnownArray finds answers what Valid answers for
 // the whole body, valid or not.
 func checkValidAround(t *testing.T, body []byte) {
 	t.Helper()
-	arr, _, ok := arrayAt(body, "messages", nil)
+	arr, _, ok := KnownArray(body, "messages", nil)
 	if !ok {
 		return
 	}
@@ -162,7 +138,7 @@ func checkValidAround(t *testing.T, body []byte) {
 	}
 }
 
-// insertAbsentKeys adds members only where gjson finds none of their
+// InsertAbsentKeys adds members only where gjson finds none of their
 // keys, keeps every other top-level member as gjson reads it, and builds
 // in dst when dst has the room.
 func checkInsertAbsentKeys(t *testing.T, body []byte) {
@@ -170,12 +146,12 @@ func checkInsertAbsentKeys(t *testing.T, body []byte) {
 	if !gjson.ValidBytes(body) {
 		return
 	}
-	msgs, _, _ := arrayAt(body, "messages", nil)
+	msgs, _, _ := KnownArray(body, "messages", nil)
 	dst := make([]byte, 0, len(body)+64)
-	members := []newMember{{"k1", []byte("1")}, {"stream_options", []byte(`{"x":"y"}`)}}
-	out, ok := insertAbsentKeys(dst, body, msgs, members...)
+	members := []rawjson.Pair{{Key: "k1", Value: []byte("1")}, {Key: "stream_options", Value: []byte(`{"x":"y"}`)}}
+	out, ok := rawjson.InsertAbsentKeys(dst, body, msgs, members...)
 	// Splicing decides the same and sends the same bytes, without a copy.
-	insert, at, spliced := spliceAbsentKeys(body, msgs, members...)
+	insert, at, spliced := rawjson.SpliceAbsentKeys(body, msgs, members...)
 	if spliced != ok {
 		t.Fatalf("spliceAbsentKeys(%s) reports %v, insertAbsentKeys %v", body, spliced, ok)
 	}
@@ -214,50 +190,18 @@ func TestInsertAbsentKeys(t *testing.T) {
 	}
 	// A key inside a string counts unless the string is in the skipped
 	// messages.
-	out, ok := insertAbsentKeys(nil, []byte(`{"messages":[{"c":"\"k1"}]}`), nil, newMember{"k1", []byte("1")})
+	out, ok := rawjson.InsertAbsentKeys(nil, []byte(`{"messages":[{"c":"\"k1"}]}`), nil, rawjson.Pair{Key: "k1", Value: []byte("1")})
 	if ok {
 		t.Fatalf("a key inside an unskipped string was taken as absent: %s", out)
 	}
 	body := []byte(`{"messages":[{"c":"\"k1"}] }`)
-	msgs, _, _ := arrayAt(body, "messages", nil)
-	out, ok = insertAbsentKeys(nil, body, msgs, newMember{"k1", []byte("1")}, newMember{"k2", []byte("2")})
+	msgs, _, _ := KnownArray(body, "messages", nil)
+	out, ok = rawjson.InsertAbsentKeys(nil, body, msgs, rawjson.Pair{Key: "k1", Value: []byte("1")}, rawjson.Pair{Key: "k2", Value: []byte("2")})
 	if !ok || string(out) != `{"messages":[{"c":"\"k1"}] ,"k1":1,"k2":2}` {
 		t.Fatalf("got %s, %v", out, ok)
 	}
-	if _, ok := insertAbsentKeys(nil, body, msgs, newMember{"k1", []byte("1")}, newMember{"k2", nil}); ok {
+	if _, ok := rawjson.InsertAbsentKeys(nil, body, msgs, rawjson.Pair{Key: "k1", Value: []byte("1")}, rawjson.Pair{Key: "k2", Value: nil}); ok {
 		t.Fatal("a nil value was added")
-	}
-}
-
-// WalkMessages reads every message as the gjson references below do.
-func checkWalkMessages(t *testing.T, body []byte) {
-	t.Helper()
-	if !gjson.ValidBytes(body) {
-		return
-	}
-	msgs, _, ok := arrayAt(body, "messages", nil)
-	if !ok {
-		return
-	}
-	collect := func(walk func([]byte, func(Message) bool) error) (out []string) {
-		_ = walk(msgs, func(m Message) bool {
-			out = append(out, fmt.Sprintf("%d %q %q %v %v %v", m.Index, m.Raw, m.Role, m.Calls, m.Results, m.EmptyText))
-			return true
-		})
-		return out
-	}
-	fast, slow := collect(openAIAd.WalkMessages), collect(walkOpenAIReference)
-	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
-		t.Fatalf("WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
-	}
-	// Gemini's and Responses', on the same array.
-	fast, slow = collect(geminiAd.WalkMessages), collect(walkGeminiReference)
-	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
-		t.Fatalf("Gemini WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
-	}
-	fast, slow = collect(respAd.WalkMessages), collect(walkResponsesReference)
-	if strings.Join(fast, "\n") != strings.Join(slow, "\n") {
-		t.Fatalf("Responses WalkMessages(%s):\nfast %v\nslow %v", msgs, fast, slow)
 	}
 }
 
@@ -275,7 +219,6 @@ func TestKnownArrayAt(t *testing.T) {
 	} {
 		checkKnownArrayAt(t, []byte(b))
 		checkInsertAbsentKeys(t, []byte(b))
-		checkWalkMessages(t, []byte(b))
 	}
 	if _, _, ok := knownAt([]byte(`{"messages":[{"a":1},{"b":2}]}`), "messages", [][]byte{[]byte(`{"a":1}`)}); !ok {
 		t.Fatal("the fast path did not apply to a plain body")
@@ -292,173 +235,5 @@ func FuzzKnownArrayAt(f *testing.F) {
 		checkValidAround(t, body)
 		checkKnownArrayAt(t, body)
 		checkInsertAbsentKeys(t, body)
-		checkWalkMessages(t, body)
 	})
-}
-
-// modelAndStream reads what gjson reads.
-func checkModelAndStream(t *testing.T, body []byte) {
-	t.Helper()
-	model, stream := modelAndStream(body)
-	if want := gjson.GetBytes(body, "model").String(); model != want {
-		t.Fatalf("model of %s = %q, gjson says %q", body, model, want)
-	}
-	if want := gjson.GetBytes(body, "stream").Bool(); stream != want {
-		t.Fatalf("stream of %s = %v, gjson says %v", body, stream, want)
-	}
-}
-
-func TestModelAndStream(t *testing.T) {
-	for _, b := range []string{
-		`{"model":"gpt-4o","messages":[{"role":"user","content":"x \"stream\":true"}],"stream":true}`,
-		`{"messages":[],"model":"m\u00e9","stream":false}`,
-		`{"stream":"true","model":1}`,
-		`{"stream":true,"stream":false,"model":"a","model":"b"}`,
-		`{"str\u0065am":true}`,
-		`{}`,
-		`{"model":null}`,
-		`[]`,
-		`{"a":{"stream":true},"b":[{"model":"x"}]}`,
-	} {
-		checkModelAndStream(t, []byte(b))
-	}
-}
-
-func FuzzModelAndStream(f *testing.F) {
-	f.Add([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"stream":true}`))
-	f.Add([]byte(`{"stream":1,"model":"\"m\""}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		if gjson.ValidBytes(body) {
-			checkModelAndStream(t, body)
-		}
-	})
-}
-
-// walkOpenAIReference is OpenAI chat's WalkMessages with every field
-// looked up through gjson.
-func walkOpenAIReference(messages []byte, fn func(Message) bool) error {
-	arr := gjson.Parse(str(messages))
-	if !arr.IsArray() {
-		return fmt.Errorf("walk messages: %w", ErrNoMessages)
-	}
-	i := 0
-	arr.ForEach(func(_, m gjson.Result) bool {
-		f := openAIFieldsOf(m)
-		msg := openAIMessage(&f, rawSlice(messages, m), i, nil, nil)
-		i++
-		return fn(msg)
-	})
-	return nil
-}
-
-// walkGeminiReference is Gemini's WalkMessages as gjson reads it (the
-// walk before session 11), the reference the raw walk is checked against.
-func walkGeminiReference(messages []byte, fn func(Message) bool) error {
-	arr := gjson.Parse(str(messages))
-	if !arr.IsArray() {
-		return fmt.Errorf("walk contents: %w", ErrNoMessages)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	i := 0
-	arr.ForEach(func(_, m gjson.Result) bool {
-		calls, results = calls[:0], results[:0]
-		empty := true
-		m.Get("parts").ForEach(func(_, p gjson.Result) bool {
-			if fc := p.Get("functionCall"); fc.IsObject() {
-				calls = append(calls, ToolCall{ID: fc.Get("id").String(), Name: fc.Get("name").String()})
-			}
-			if fr := p.Get("functionResponse"); fr.IsObject() {
-				results = append(results, ToolResult{CallID: fr.Get("id").String(), Name: fr.Get("name").String()})
-			}
-			if t := p.Get("text"); t.Type == gjson.String && t.Raw != `""` && !p.Get("thought").Bool() {
-				empty = false
-			}
-			return true
-		})
-		msg := Message{Index: i, Raw: rawSlice(messages, m), Role: knownRole(m.Get("role")),
-			Calls: calls, Results: results, EmptyText: empty}
-		i++
-		return fn(msg)
-	})
-	return nil
-}
-
-// walkResponsesReference is Responses' WalkMessages as gjson reads it.
-func walkResponsesReference(messages []byte, fn func(Message) bool) error {
-	arr := gjson.Parse(str(messages))
-	if !arr.IsArray() {
-		return fmt.Errorf("walk input: %w", ErrNoMessages)
-	}
-	var calls []ToolCall
-	var results []ToolResult
-	i := 0
-	arr.ForEach(func(_, it gjson.Result) bool {
-		calls, results = calls[:0], results[:0]
-		typ, kind := respItemTypeReference(it)
-		msg := Message{Index: i, Raw: rawSlice(messages, it), Role: typ, EmptyText: true}
-		switch kind {
-		case kindMessage:
-			msg.Role = knownRole(it.Get("role"))
-			msg.EmptyText = responsesEmptyTextReference(it.Get("content"))
-		case kindCall:
-			calls = append(calls, ToolCall{ID: it.Get("call_id").String(), Name: it.Get("name").String()})
-		case kindResult:
-			results = append(results, ToolResult{CallID: it.Get("call_id").String()})
-		}
-		msg.Calls, msg.Results = calls, results
-		i++
-		return fn(msg)
-	})
-	return nil
-}
-
-// responsesEmptyTextReference reports whether a message content holds no non-empty
-// text: null, "", absent, or parts none of which has a non-empty text or
-// refusal (input_image/input_file parts count as non-empty).
-func responsesEmptyTextReference(c gjson.Result) bool {
-	switch {
-	case c.Type == gjson.String:
-		return c.Raw == `""`
-	case c.IsArray():
-		empty := true
-		c.ForEach(func(_, p gjson.Result) bool {
-			switch p.Get("type").String() {
-			case "output_text", "input_text", "text", "", "refusal":
-				if p.Get("text").String() != "" || p.Get("refusal").String() != "" {
-					empty = false
-				}
-			default:
-				empty = false
-			}
-			return empty
-		})
-		return empty
-	}
-	return true
-}
-
-// respItemTypeReference is respItemType through gjson.
-func respItemTypeReference(it gjson.Result) (string, itemKind) {
-	t := it.Get("type")
-	switch t.Raw {
-	case `"message"`:
-		return "message", kindMessage
-	case `"function_call"`:
-		return "function_call", kindCall
-	case `"custom_tool_call"`:
-		return "custom_tool_call", kindCall
-	case `"function_call_output"`:
-		return "function_call_output", kindResult
-	case `"custom_tool_call_output"`:
-		return "custom_tool_call_output", kindResult
-	case `"reasoning"`:
-		return "reasoning", kindReasoning
-	case "":
-		if it.Get("role").Exists() {
-			return "message", kindMessage
-		}
-		return "", kindOther
-	}
-	return t.String(), kindOther
 }

@@ -105,7 +105,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		// No history array: a body without one continues the stored
 		// thread; one that is not an object, or whose history is not an
 		// array, is refused before any run exists.
-		if msg := adapters.ShapeProblem(ad.Format(), body); msg != "" {
+		if msg := ad.ShapeProblem(body); msg != "" {
 			apierr.Write(ctx, ad, apierr.New(apierr.BadRequest,
 				msg))
 			return nil, nil, false

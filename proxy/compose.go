@@ -100,10 +100,10 @@ func compose(in *composeInput, p *plan) error {
 		}
 		return storedArr
 	}
-	if ad.Format() == adapters.FormatOpenAIResponses && in.expandPreviousResponse && len(p.storedMsgs) > 0 {
+	if ch, ok := ad.(adapters.Chainer); ok && in.expandPreviousResponse && len(p.storedMsgs) > 0 {
 		// A stateless upstream cannot resolve previous_response_id: send
 		// the thread's items instead, and the new input after them.
-		if expanded, err := adapters.ExpandPreviousResponse(body, stored()); err != nil {
+		if expanded, err := ch.ExpandPreviousResponse(body, stored()); err != nil {
 			return err
 		} else if len(expanded) != len(body) {
 			body = expanded
@@ -173,15 +173,7 @@ func compose(in *composeInput, p *plan) error {
 		// Valid: the body was checked whole, or its new messages were
 		// (MessagesKnown), and stored messages were valid when written.
 		opts := repair.Options{ReadOnlyTools: in.readOnlyTools, Valid: true}
-		var rep repair.Result
-		switch ad.Format() {
-		case adapters.FormatGemini:
-			rep, err = repair.Gemini(composed, opts)
-		case adapters.FormatOpenAIResponses:
-			rep, err = repair.Responses(composed, opts)
-		default:
-			rep, err = repair.OpenAIChat(composed, opts)
-		}
+		rep, err := ad.Repair(composed, opts)
 		if err != nil {
 			return apierr.New(apierr.BadRequest, "The messages array is not a JSON array.")
 		}
@@ -309,16 +301,14 @@ func validBySkims(ad adapters.Adapter, kept *cachedThread, known int, tail []byt
 	if kept == nil {
 		return false
 	}
-	f := ad.Format()
-	skim := skimOf(f)
 	var tailSkims []repair.Skim
 	if err := ad.WalkMessages(tail, func(m adapters.Message) bool {
-		tailSkims = append(tailSkims, skim(m.Raw))
+		tailSkims = append(tailSkims, ad.Skim(m.Raw))
 		return true
 	}); err != nil {
 		return false
 	}
-	return validSkimsAt(f, known+len(tailSkims), func(i int) *repair.Skim {
+	return ad.ValidSkimsAt(known+len(tailSkims), func(i int) *repair.Skim {
 		if i < known {
 			return kept.info[i].skim()
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/formats"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
@@ -35,7 +36,8 @@ func TestCompose(t *testing.T) {
 		a2 = `{"role":"assistant","content":"It is sunny."}`
 		u2 = `{"role":"user","content":"thanks"}`
 	)
-	deepSeek := adapters.NewOpenAIChat(adapters.DeepSeek)
+	deepSeek := formats.ForConnection("deepseek", nil).Adapter([]byte("/v1/chat/completions"))
+	geminiAdapter := formats.ForConnection("gemini", nil).Adapter([]byte("/v1beta/models/gemini-2.5-flash:generateContent"))
 	tests := []struct {
 		name   string
 		ad     adapters.Adapter

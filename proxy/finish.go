@@ -232,15 +232,7 @@ func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]b
 // replyMessages is the assembled reply as thread messages: one message, or
 // for the Responses API, its output items one by one.
 func (t *turn) replyMessages(reply []byte) [][]byte {
-	if t.ad.Format() != adapters.FormatOpenAIResponses {
-		return [][]byte{reply}
-	}
-	var out [][]byte
-	_ = t.ad.WalkMessages(reply, func(m adapters.Message) bool {
-		out = append(out, append([]byte(nil), m.Raw...))
-		return true
-	})
-	return out
+	return t.ad.ReplyMessages(reply)
 }
 
 // joinArray makes a JSON array of raw messages.

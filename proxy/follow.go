@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/formats"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
 )
@@ -219,11 +220,5 @@ func (s *Server) threadAdapter(k store.Key) adapters.Adapter {
 	if err != nil {
 		return openAIAdapter
 	}
-	switch adapters.Format(th.Format) {
-	case adapters.FormatGemini:
-		return geminiAdapter
-	case adapters.FormatOpenAIResponses:
-		return responsesAdapter
-	}
-	return openAIAdapter
+	return formats.ForThread(adapters.Format(th.Format))
 }

@@ -12,7 +12,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/adapters/sse"
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
@@ -166,7 +165,7 @@ func (r *sseRelay) relayEvent(ev *sse.Event, more bool) bool {
 	}
 	if r.snapshots && time.Since(r.lastSnapshot) >= ex.up.cfg.SnapshotInterval.D() && !ex.turnDone {
 		r.lastSnapshot = time.Now()
-		text := []byte(adapters.MessageText(ex.ad.Format(), ex.asm.Result().Message))
+		text := []byte(ex.ad.MessageText(ex.asm.Result().Message))
 		ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
 	}
 	return true

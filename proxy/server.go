@@ -15,7 +15,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/formats"
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/admin"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
@@ -134,17 +134,12 @@ type upstream struct {
 	// order keeps the gate's slot order on the way upstream.
 	order dispatchOrder
 
-	native    adapters.Adapter // the provider's own wire format
-	compat    adapters.Adapter // Gemini's OpenAI-compatible endpoint, on gemini connections
-	responses adapters.Adapter // the Responses API, on OpenAI-style connections
+	wires *formats.Connection // the wire formats of its requests
 }
 
-// Adapters shared by every connection of a kind; they are immutable.
-var (
-	openAIAdapter    = adapters.NewOpenAIChat(adapters.OpenAI)
-	geminiAdapter    = adapters.NewGemini()
-	responsesAdapter = adapters.NewResponses(adapters.ResponsesOpenAI)
-)
+// openAIAdapter is OpenAI chat's adapter, for what no connection names a
+// format for; it is immutable.
+var openAIAdapter = formats.Default()
 
 func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *upstream {
 	u := c.URL()
@@ -162,47 +157,12 @@ func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *up
 	}
 	// Each connection gets its own adapters: the session headers are
 	// connection config.
-	chat := func(d adapters.Dialect) adapters.Adapter {
-		d.SessionHeaders = append(append([]string(nil), d.SessionHeaders...), c.SessionHeaders...)
-		return adapters.NewOpenAIChat(d)
-	}
-	rd := adapters.ResponsesOpenAI
-	rd.SessionHeaders = append(append([]string(nil), rd.SessionHeaders...), c.SessionHeaders...)
-	switch c.Provider {
-	case config.ProviderOpenAI:
-		up.native = chat(adapters.OpenAI)
-		up.responses = adapters.NewResponses(rd)
-	case config.ProviderDeepSeek:
-		up.native = chat(adapters.DeepSeek)
-	case config.ProviderGemini:
-		g := adapters.NewGemini()
-		g.SessionHeaders = c.SessionHeaders
-		up.native = g
-		up.compat = chat(adapters.GeminiOpenAI)
-	default:
-		up.native = chat(adapters.OpenAICompatible)
-		up.responses = adapters.NewResponses(rd)
-	}
+	up.wires = formats.ForConnection(string(c.Provider), c.SessionHeaders)
 	return up
 }
 
 // adapter is the wire format of a request to path on this connection.
-func (u *upstream) adapter(path []byte) adapters.Adapter {
-	if u.compat != nil && bytes.Contains(path, []byte("/openai/")) {
-		return u.compat
-	}
-	if u.responses != nil && isResponsesPath(path) {
-		return u.responses
-	}
-	return u.native
-}
-
-// isResponsesPath reports whether path is the Responses API (…/responses,
-// or one of its sub-resources).
-func isResponsesPath(path []byte) bool {
-	p := bytes.TrimRight(path, "/")
-	return bytes.HasSuffix(p, []byte("/responses")) || bytes.Contains(p, []byte("/responses/"))
-}
+func (u *upstream) adapter(path []byte) adapters.Adapter { return u.wires.Adapter(path) }
 
 // New builds a Server from a validated config.
 func New(cfg *config.Config, opts Options) (*Server, error) {
@@ -390,13 +350,7 @@ func splitFirstSegment(path []byte) (first, rest []byte) {
 
 // adapterForPath guesses the caller's wire format from the path alone, for
 // errors that come before a connection is known.
-func adapterForPath(path []byte) adapters.Adapter {
-	if !bytes.Contains(path, []byte("/openai/")) && bytes.Contains(path, []byte("/models/")) &&
-		(bytes.Contains(path, []byte(":generateContent")) || bytes.Contains(path, []byte(":streamGenerateContent")) || bytes.Contains(path, []byte("/v1beta/"))) {
-		return geminiAdapter
-	}
-	return openAIAdapter
-}
+func adapterForPath(path []byte) adapters.Adapter { return formats.ForPath(path) }
 
 // handleParseError answers requests fasthttp could not read: too large a
 // body or header block, a read timeout, malformed HTTP.

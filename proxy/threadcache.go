@@ -330,7 +330,7 @@ func sizeOf(info []msgInfo) (n int64) {
 // gets no detail: one heap object less per kept message, for the thread
 // cache's memory and for every GC's mark.
 func infoOf(ad adapters.Adapter, m adapters.Message) msgInfo {
-	skim := skimOf(ad.Format())(m.Raw)
+	skim := ad.Skim(m.Raw)
 	in := msgInfo{calls: len(m.Calls) > 0}
 	if len(m.Results) == 0 && skim.Plain() {
 		return in
@@ -364,26 +364,4 @@ func threadFromStore(ad adapters.Adapter, th store.Thread) *cachedThread {
 	ct.infoBytes = sizeOf(ct.info)
 	ct.size += ct.infoBytes
 	return ct
-}
-
-// skimOf is the repair skim of a format's messages.
-func skimOf(f adapters.Format) func([]byte) repair.Skim {
-	switch f {
-	case adapters.FormatGemini:
-		return repair.SkimGemini
-	case adapters.FormatOpenAIResponses:
-		return repair.SkimResponses
-	}
-	return repair.SkimOpenAIChat
-}
-
-// validSkimsAt is repair's validity check of a format, read off n skims.
-func validSkimsAt(f adapters.Format, n int, at func(int) *repair.Skim) bool {
-	switch f {
-	case adapters.FormatGemini:
-		return repair.ValidGeminiSkimsAt(n, at)
-	case adapters.FormatOpenAIResponses:
-		return repair.ValidResponsesSkimsAt(n, at)
-	}
-	return repair.ValidOpenAIChatSkimsAt(n, at)
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/formats"
 	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/tidwall/gjson"
 )
@@ -18,6 +20,14 @@ Reads a history (a messages, contents or input array, or a whole request
 body) from stdin and prints it repaired, with the calls that never returned
 and the edits made.
 `
+
+// repairFormats are the wire formats --format names.
+var repairFormats = map[string]adapters.Format{
+	"openai":    adapters.FormatOpenAIChat,
+	"deepseek":  adapters.FormatOpenAIChat,
+	"gemini":    adapters.FormatGemini,
+	"responses": adapters.FormatOpenAIResponses,
+}
 
 // repairCmd reads a history from stdin — a bare messages/contents/input
 // array, or a whole request body holding one — and prints the repaired
@@ -49,18 +59,12 @@ func repairCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *readOnly != "" {
 		opts.ReadOnlyTools = strings.Split(*readOnly, ",")
 	}
-	var res repair.Result
-	switch *format {
-	case "openai", "deepseek":
-		res, err = repair.OpenAIChat(history, opts)
-	case "gemini":
-		res, err = repair.Gemini(history, opts)
-	case "responses":
-		res, err = repair.Responses(history, opts)
-	default:
+	f, ok := repairFormats[*format]
+	if !ok {
 		fmt.Fprintf(stderr, "chronicle repair: --format: want openai, gemini or responses, got %q\n", *format)
 		return 2
 	}
+	res, err := formats.ForThread(f).Repair(history, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "chronicle repair: %v\n", err)
 		return 1
