@@ -68,7 +68,7 @@ type Server struct {
 	store     store.Store
 	replicaID string
 	// starters run the start of a turn off the connection's goroutine
-	// (see turnStarters).
+	// (beginOffStack; sched.Starters).
 	starters *sched.Starters[startCall, startDone]
 	// threads keeps the transcripts this replica last read or wrote (nil:
 	// off).
