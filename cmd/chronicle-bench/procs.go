@@ -305,7 +305,10 @@ func chronicleConfig(mockURL, driver, dataDir, redisURL string, pprof bool) stri
 	}
 	store := "  driver: embedded\n  path: " + dataDir + "\n"
 	if driver == "redis" {
-		store = "  driver: redis\n  url: " + redisURL + "\n"
+		// Each process has a spool journal of its own (a journal is
+		// locked by the process that uses it): the streams check's fresh
+		// process runs beside the one of the load phases.
+		store = "  driver: redis\n  url: " + redisURL + "\n  spool:\n    path: " + filepath.Join(dataDir, "spool") + "\n"
 	}
 	return "listen: 127.0.0.1:0\n" +
 		"store:\n" + store + admin +
