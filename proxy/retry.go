@@ -102,3 +102,18 @@ func (s *Server) answeredBeforeEvents(ctx *fasthttp.RequestCtx, ex *exchange, k 
 	answerEnded(ctx, ex.ad, &run)
 	return true
 }
+
+// storeError answers a failed store read.
+func (s *Server) storeError(ctx *fasthttp.RequestCtx, err error, what string) {
+	if errors.Is(err, store.ErrNotFound) {
+		code := apierr.ThreadNotFound
+		if what == "run" {
+			code = apierr.RunNotFound
+		}
+		apierr.Write(ctx, openAIAdapter, apierr.New(code, "No such "+what+"."))
+		return
+	}
+	s.log.Warn("store read failed", "err", err)
+	apierr.Write(ctx, openAIAdapter, apierr.Retry(apierr.StoreUnavailable, 1,
+		"The conversation store is unreachable."))
+}

@@ -1,11 +1,10 @@
 // Package proxy owns chronicle's HTTP side: the fasthttp server and the
 // routing of /{connection}/... to upstreams (server.go), health and
-// readiness (health.go), the tenant API (/api, api.go) and the request
-// pipeline, one file per stage: auth.go, admit.go, begin.go, compose.go,
+// readiness (health.go), and the request pipeline, one file per stage: auth.go, admit.go, begin.go, compose.go,
 // upstream.go, relay_sse.go and relay.go, finish.go, driven by
 // runPipeline (pipeline.go), with the run's event log, follow feeds and
-// the thread cache beside them. The admin API, the audit page and pprof
-// are proxy/admin's; metrics, errors, the shared JSON documents and the
+// the thread cache beside them. The tenant API is proxy/api's (wired in
+// tenantapi.go); the admin API, the audit page and pprof are proxy/admin's; metrics, errors, the shared JSON documents and the
 // runtime mechanics are proxy/internal's.
 //
 // It never parses provider JSON itself; it asks the request's wire format
@@ -30,6 +29,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/adapters/formats"
 	"github.com/chronicle-proxy/chronicle/limiter"
 	"github.com/chronicle-proxy/chronicle/proxy/admin"
+	"github.com/chronicle-proxy/chronicle/proxy/api"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/metrics"
@@ -99,6 +99,8 @@ type Server struct {
 	metricsHandler fasthttp.RequestHandler
 	// admin serves /admin, /ui and /debug.
 	admin *admin.Handler
+	// api serves /api (proxy/api).
+	api *api.Handler
 	// eventWriters write the runs' event logs.
 	eventWriters eventWriters
 	// eventWindows ends the event logs' batch windows.
@@ -194,6 +196,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			s.threads = newThreadCache(*n)
 		}
 	}
+	s.api = s.newTenantAPI()
 	s.admin = admin.New(admin.Options{Store: s.store, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
 		Logger: log, StoreTimeout: s.storeTimeout, Shape: openAIAdapter})
 	if s.gates == nil {
@@ -299,7 +302,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.metricsHandler(ctx)
 		return
 	case "api":
-		s.serveAPI(ctx, rest)
+		s.api.Serve(ctx, rest)
 		s.observeOwn(ctx, "api", start)
 		return
 	case "admin":
