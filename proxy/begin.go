@@ -237,7 +237,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		t.pendingSaved = make(chan bool, 1)
 		tr := t.transcriptFrom(t.storedHashes, t.parts, t.hashes)
 		sctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
-		saveAsync(sctx, s.store, t.lease, tr, func(err error) {
+		store.SaveAsync(sctx, s.store, t.lease, tr, func(err error) {
 			cancel()
 			if err != nil {
 				s.log.Warn("saving the pending turn failed", "thread", t.key.Thread, "err", err)
@@ -248,16 +248,6 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	t.startRenewing()
 	s.local.Store(localKey(t.key, t.runID), t)
 	return t, out, true
-}
-
-// saveAsync writes t without the caller waiting: queued on the store when
-// it is a store.AsyncSaver, else on a goroutine of its own.
-func saveAsync(ctx context.Context, st store.Store, l store.Lease, t store.Transcript, done func(error)) {
-	if as, ok := st.(store.AsyncSaver); ok {
-		as.SaveTranscriptAsync(ctx, l, t, done)
-		return
-	}
-	go func() { done(st.SaveTranscript(ctx, l, t)) }()
 }
 
 // offlineStarter is a store that can start a run while its backend is

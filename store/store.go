@@ -530,6 +530,17 @@ type AsyncSaver interface {
 	SaveTranscriptAsync(ctx context.Context, l Lease, t Transcript, done func(error))
 }
 
+// SaveAsync writes t without the caller waiting: queued on st when it is an
+// AsyncSaver, else on a goroutine of its own. done gets SaveTranscript's
+// result, once.
+func SaveAsync(ctx context.Context, st Store, l Lease, t Transcript, done func(error)) {
+	if as, ok := st.(AsyncSaver); ok {
+		as.SaveTranscriptAsync(ctx, l, t, done)
+		return
+	}
+	go func() { done(st.SaveTranscript(ctx, l, t)) }()
+}
+
 // CheckFinish validates a Finish before a backend applies it.
 func CheckFinish(f *Finish) error {
 	if !f.Status.Final() {

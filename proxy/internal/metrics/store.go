@@ -41,7 +41,7 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 // outcome; a backend that cannot queue one gets a goroutine that waits.
 func (s *Store) SaveTranscriptAsync(ctx context.Context, l store.Lease, t store.Transcript, done func(error)) {
 	start := time.Now()
-	saveAsync(ctx, s.Store, l, t, func(err error) {
+	store.SaveAsync(ctx, s.Store, l, t, func(err error) {
 		s.m.observeStore("save_transcript", start, err)
 		done(err)
 	})
@@ -101,17 +101,6 @@ func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.Thr
 	p, err := s.Store.ListThreads(ctx, q)
 	s.m.observeStore("list_threads", start, err)
 	return p, err
-}
-
-// saveAsync writes t without the caller waiting: queued on st when it is a
-// store.AsyncSaver, else on a goroutine of its own. (The pipeline's
-// saveAsync, in proxy, does the same for the store it is given.)
-func saveAsync(ctx context.Context, st store.Store, l store.Lease, t store.Transcript, done func(error)) {
-	if as, ok := st.(store.AsyncSaver); ok {
-		as.SaveTranscriptAsync(ctx, l, t, done)
-		return
-	}
-	go func() { done(st.SaveTranscript(ctx, l, t)) }()
 }
 
 // errIgnoring drops the errors that are answers, not failures.
