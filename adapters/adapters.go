@@ -342,6 +342,31 @@ type Chainer interface {
 	ExpandPreviousResponse(body, stored []byte) ([]byte, error)
 }
 
+// Headers reads a request's headers (fasthttp's RequestHeader is one).
+type Headers interface {
+	Peek(name string) []byte
+}
+
+// KeyPlacer is an Adapter whose provider takes the API key somewhere
+// other than "Authorization: Bearer", the default. Formats sent the key
+// as a Bearer token do not implement it.
+type KeyPlacer interface {
+	// KeyHeader names the header a connection's pool key goes upstream
+	// in, and what precedes the key in its value ("Bearer " or ""), for
+	// the client's request headers req (some providers' API versions
+	// change where the key goes).
+	KeyHeader(req Headers) (name, prefix string)
+}
+
+// KeyHeader is where a's provider takes a pool key: a's KeyHeader when it
+// is a KeyPlacer, else "Authorization: Bearer ".
+func KeyHeader(a Adapter, req Headers) (name, prefix string) {
+	if kp, ok := a.(KeyPlacer); ok {
+		return kp.KeyHeader(req)
+	}
+	return "Authorization", "Bearer "
+}
+
 // Wire is one wire format as its package exports it: the one value the
 // lookup (adapters/formats) registers for the format.
 type Wire struct {

@@ -203,11 +203,8 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 	// chronicle reads what passes through it, so it asks for plain bytes.
 	req.Header.Set("Accept-Encoding", "identity")
 	if poolKey != "" {
-		if ex.up.cfg.Provider == config.ProviderGemini && !bytes.Contains(rest, []byte("/openai/")) {
-			req.Header.Set("X-Goog-Api-Key", poolKey.Reveal())
-		} else {
-			req.Header.Set("Authorization", "Bearer "+poolKey.Reveal())
-		}
+		name, prefix := adapters.KeyHeader(ex.ad, &src.Header)
+		req.Header.Set(name, prefix+poolKey.Reveal())
 	}
 	for _, h := range ex.prepared.Headers {
 		req.Header.Set(h.Name, h.Value)

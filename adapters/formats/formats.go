@@ -87,6 +87,24 @@ var providers = map[string][]route{
 	},
 }
 
+// Providers are the provider names a connection may give, in the order
+// the config's documentation lists them; OpenAICompatible is the one for
+// any other OpenAI-compatible server.
+var Providers = []string{"openai", "deepseek", "gemini", OpenAICompatible}
+
+// OpenAICompatible is the provider of OpenAI-compatible servers.
+const OpenAICompatible = "openai-compatible"
+
+// Known reports whether provider is one a connection may give.
+func Known(provider string) bool {
+	for _, p := range Providers {
+		if p == provider {
+			return true
+		}
+	}
+	return false
+}
+
 var otherProvider = []route{
 	{responses.Wire, "openai", isResponsesPath},
 	{openaichat.Wire, openaichat.OpenAICompatible.Name, nil},

@@ -26,6 +26,12 @@ func New() *Adapter { return &Adapter{} }
 
 var _ adapters.Adapter = (*Adapter)(nil)
 
+// KeyHeader implements adapters.KeyPlacer: the Gemini API takes its key in
+// x-goog-api-key.
+func (g *Adapter) KeyHeader(adapters.Headers) (name, prefix string) {
+	return "X-Goog-Api-Key", ""
+}
+
 // Format implements adapters.Adapter.
 func (g *Adapter) Format() adapters.Format { return adapters.FormatGemini }
 

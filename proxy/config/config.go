@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/chronicle-proxy/chronicle/adapters/formats"
 )
 
 // Secret is a credential from the config. It prints as [redacted] in logs,
@@ -71,16 +73,15 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // D returns the duration as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// Provider names an upstream's wire dialect.
+// Provider names an upstream's wire dialect; adapters/formats holds the
+// list of them (formats.Providers) and what each speaks.
 type Provider string
 
-// The providers chronicle speaks.
-const (
-	ProviderOpenAI           Provider = "openai"
-	ProviderDeepSeek         Provider = "deepseek"
-	ProviderGemini           Provider = "gemini"
-	ProviderOpenAICompatible Provider = "openai-compatible"
-)
+// providerList is the providers a connection may give, for an error.
+func providerList() string {
+	ps := formats.Providers
+	return strings.Join(ps[:len(ps)-1], ", ") + " or " + ps[len(ps)-1]
+}
 
 // Config is the whole configuration file.
 type Config struct {
@@ -615,12 +616,12 @@ func (c *Config) Validate() error {
 			}
 			seenNames[cn.Name] = i
 		}
-		switch cn.Provider {
-		case ProviderOpenAI, ProviderDeepSeek, ProviderGemini, ProviderOpenAICompatible:
-		case "":
-			bad(key+".provider", "required: openai, deepseek, gemini or openai-compatible")
+		switch {
+		case formats.Known(string(cn.Provider)):
+		case cn.Provider == "":
+			bad(key+".provider", "required: %s", providerList())
 		default:
-			bad(key+".provider", "want openai, deepseek, gemini or openai-compatible, got %q", cn.Provider)
+			bad(key+".provider", "want %s, got %q", providerList(), cn.Provider)
 		}
 		u, err := url.Parse(cn.BaseURL)
 		switch {
