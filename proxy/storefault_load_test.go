@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -29,7 +30,9 @@ type faultRun struct {
 	rd      *redistest.Server
 	backend *redisstore.Store
 	spool   *spool.Store
-	p       *testProxy
+	// spoolLog is what the spool logged, for a failure's diagnosis.
+	spoolLog *syncBuffer
+	p        *testProxy
 	clients []*faultClient
 	// failover: the victim is a master that Sentinel replaces; it is
 	// killed and not restarted.
@@ -184,7 +187,9 @@ func startFaultRunOn(t *testing.T, url string, victim *redistest.Server, withSpo
 	}
 	var st store.Store = f.backend
 	if withSpool {
+		f.spoolLog = &syncBuffer{}
 		f.spool, err = spool.Open(f.backend, spool.Options{Dir: t.TempDir(), Fsync: fsync,
+			Logger: slog.New(slog.NewTextHandler(f.spoolLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, OpTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -318,6 +323,24 @@ func (f *faultRun) turn(c *faultClient, turn int) bool {
 	return ok
 }
 
+// logsOf is what the proxy and the spool logged of run id, for a
+// failure's diagnosis.
+func (f *faultRun) logsOf(id string) string {
+	var out []string
+	logs := [][]byte{[]byte(f.p.log.String())}
+	if f.spoolLog != nil {
+		logs = append(logs, []byte(f.spoolLog.String()))
+	}
+	for _, l := range logs {
+		for _, line := range bytes.Split(l, []byte("\n")) {
+			if bytes.Contains(line, []byte(id)) {
+				out = append(out, string(line))
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 func (f *faultRun) refusedTurns() int {
 	n := 0
 	for _, c := range f.clients {
@@ -362,7 +385,7 @@ func (f *faultRun) check() (acked, stored int) {
 			if r := status[id]; r.Status == store.Completed {
 				stored++
 			} else {
-				t.Errorf("client %d turn %d: acknowledged, but its run %s is %q %q", c.id, i, id, r.Status, r.Reason)
+				t.Errorf("client %d turn %d: acknowledged, but its run %s is %q %q (run %+v)\n%s", c.id, i, id, r.Status, r.Reason, r, f.logsOf(id))
 			}
 		}
 		th, err := f.backend.LoadThread(ctx, k)
