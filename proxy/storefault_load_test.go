@@ -33,7 +33,7 @@ type faultRun struct {
 	// spoolLog is what the spool logged, for a failure's diagnosis.
 	spoolLog *syncBuffer
 	p        *testProxy
-	clients []*faultClient
+	clients  []*faultClient
 	// failover: the victim is a master that Sentinel replaces; it is
 	// killed and not restarted.
 	failover bool
@@ -189,7 +189,7 @@ func startFaultRunOn(t *testing.T, url string, victim *redistest.Server, withSpo
 	if withSpool {
 		f.spoolLog = &syncBuffer{}
 		f.spool, err = spool.Open(f.backend, spool.Options{Dir: t.TempDir(), Fsync: fsync,
-			Logger: slog.New(slog.NewTextHandler(f.spoolLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			Logger:   slog.New(slog.NewTextHandler(f.spoolLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond, OpTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
