@@ -62,6 +62,7 @@ const (
 	FormatOpenAIChat      Format = "openai-chat"
 	FormatGemini          Format = "gemini"
 	FormatOpenAIResponses Format = "openai-responses"
+	FormatAnthropic       Format = "anthropic-messages"
 )
 
 // OpKind says what a request is.

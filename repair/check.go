@@ -127,6 +127,21 @@ func (s *Scanner) Empty() {
 	}
 }
 
+// Misplaced reports that the element's parts are not in the order its
+// format requires (Anthropic: tool_result blocks first in their message),
+// and that Scan reported them (Part) in the required order: the check
+// fails, and the slow path writes the element in the reported order.
+func (s *Scanner) Misplaced() {
+	switch s.mode {
+	case scanCheck:
+		s.c.ok = false
+	case scanSkim:
+		s.sk.misplaced = true
+	case scanRead:
+		s.h.misplaced()
+	}
+}
+
 // Names reports whether names of calls with ids are wanted (the slow
 // path's edits and wordings name them); where it is false, looking them
 // up can be skipped.
@@ -281,9 +296,10 @@ func valid(f Rules, arr gjson.Result) bool {
 // of parsing all of it again. A Skim never aliases the message it was made
 // from. Skims of one format are only checked together.
 type Skim struct {
-	role  Role
-	empty bool
-	parts []skimPart // calls and results, in order
+	role      Role
+	empty     bool
+	misplaced bool
+	parts     []skimPart // calls and results, in order
 }
 
 // skimPart is one call or result of a skimmed message.
@@ -354,7 +370,7 @@ func ValidSkimsAt(n int, at func(int) *Skim) bool {
 				c.call(p.id, p.name, p.hasID)
 			}
 		}
-		if s.empty {
+		if s.empty || s.misplaced {
 			c.ok = false
 		}
 		if !c.ok {

@@ -292,7 +292,8 @@ type element struct {
 	raw        string
 	role       Role
 	empty      bool
-	first, end int // its items, h.items[first:end]
+	misplaced  bool // its items are in the order the format requires, not raw's
+	first, end int  // its items, h.items[first:end]
 }
 
 // item is a call, a result or (nested formats) a part of an element.
@@ -320,6 +321,8 @@ func read(f Rules, arr gjson.Result) *history {
 func (h *history) element(r Role) { h.els[len(h.els)-1].role = r }
 
 func (h *history) empty() { h.els[len(h.els)-1].empty = true }
+
+func (h *history) misplaced() { h.els[len(h.els)-1].misplaced = true }
 
 func (h *history) part(raw string) {
 	h.items = append(h.items, item{raw: raw})

@@ -27,6 +27,15 @@ type NestedRules interface {
 	AppendBlock(dst []byte, parts []byte) []byte
 }
 
+// ResultsFirst is a NestedRules whose format wants the results of a block
+// before its other parts (Anthropic: tool_result blocks first in their
+// message): results repair adds to a block go before its first other
+// part, not after its last.
+type ResultsFirst interface {
+	NestedRules
+	ResultsFirst()
+}
+
 // Nested repairs a history of a nested format. See the package
 // documentation for the rules.
 func Nested(f NestedRules, messages []byte, opts Options) (Result, error) {
@@ -99,6 +108,7 @@ func nested(f NestedRules, h *history, size int, opts Options) builder {
 	}
 
 	b := newBuilder(size)
+	_, resultsFirst := f.(ResultsFirst)
 	// resPart is result ri's part as sent, renamed if its call was.
 	resPart := func(ri int) string {
 		r := &g.results[ri]
@@ -111,7 +121,14 @@ func nested(f NestedRules, h *history, size int, opts Options) builder {
 	// rebuild returns element i's parts as sent, and whether they changed.
 	rebuild := func(i int, extra func([]byte) []byte) ([]byte, bool) {
 		ps := []byte{'['}
-		changed := false
+		changed := h.els[i].misplaced
+		if changed {
+			b.edit(KindMovedResult, "", "")
+		}
+		// otherAt is where the element's first part that is not a
+		// result starts in ps (-1: none yet), where a format whose
+		// results come first takes the added ones.
+		otherAt := -1
 		add := func(s string) {
 			if len(ps) > 1 {
 				ps = append(ps, ',')
@@ -146,12 +163,28 @@ func nested(f NestedRules, h *history, size int, opts Options) builder {
 					changed = true
 				}
 			}
+			if partRes[i][k] < 0 && otherAt < 0 {
+				otherAt = len(ps)
+				if len(ps) > 1 {
+					otherAt++ // past the comma add writes
+				}
+			}
 			add(raw)
 		}
 		if extra != nil {
-			before := len(ps)
-			ps = extra(ps)
-			changed = changed || len(ps) != before
+			more := extra([]byte{'['})[1:]
+			switch {
+			case len(more) == 0:
+			case resultsFirst && otherAt >= 0:
+				ps = append(ps[:otherAt:otherAt], append(append(more, ','), ps[otherAt:]...)...)
+				changed = true
+			default:
+				if len(ps) > 1 {
+					ps = append(ps, ',')
+				}
+				ps = append(ps, more...)
+				changed = true
+			}
 		}
 		return append(ps, ']'), changed
 	}

@@ -10,13 +10,14 @@ import (
 	"bytes"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/anthropic"
 	"github.com/chronicle-proxy/chronicle/adapters/gemini"
 	"github.com/chronicle-proxy/chronicle/adapters/openaichat"
 	"github.com/chronicle-proxy/chronicle/adapters/responses"
 )
 
 // wires are the formats, each as its package exports it.
-var wires = []adapters.Wire{openaichat.Wire, gemini.Wire, responses.Wire}
+var wires = []adapters.Wire{openaichat.Wire, gemini.Wire, responses.Wire, anthropic.Wire}
 
 // byFormat is each format's adapter in its default dialect.
 var byFormat = func() map[adapters.Format]adapters.Adapter {
@@ -51,8 +52,12 @@ func ForThread(f adapters.Format) adapters.Adapter {
 
 // ForPath guesses the caller's wire format from the request path alone,
 // for errors that come before a connection is known: Gemini's for a
-// native Gemini path, else Default.
+// native Gemini path, Anthropic's for …/v1/messages (and its
+// count_tokens), else Default.
 func ForPath(path []byte) adapters.Adapter {
+	if p := bytes.TrimRight(path, "/"); bytes.HasSuffix(p, []byte("/v1/messages")) || bytes.HasSuffix(p, []byte("/v1/messages/count_tokens")) {
+		return byFormat[adapters.FormatAnthropic]
+	}
 	if !bytes.Contains(path, []byte("/openai/")) && bytes.Contains(path, []byte("/models/")) &&
 		(bytes.Contains(path, []byte(":generateContent")) || bytes.Contains(path, []byte(":streamGenerateContent")) || bytes.Contains(path, []byte("/v1beta/"))) {
 		return byFormat[adapters.FormatGemini]
@@ -80,6 +85,9 @@ var providers = map[string][]route{
 	"deepseek": {
 		{openaichat.Wire, openaichat.DeepSeek.Name, nil},
 	},
+	"anthropic": {
+		{anthropic.Wire, "", nil},
+	},
 	"gemini": {
 		// Gemini's OpenAI-compatible endpoint, under …/openai/.
 		{openaichat.Wire, openaichat.GeminiOpenAI.Name, underOpenAI},
@@ -90,7 +98,7 @@ var providers = map[string][]route{
 // Providers are the provider names a connection may give, in the order
 // the config's documentation lists them; OpenAICompatible is the one for
 // any other OpenAI-compatible server.
-var Providers = []string{"openai", "deepseek", "gemini", OpenAICompatible}
+var Providers = []string{"openai", "deepseek", "gemini", "anthropic", OpenAICompatible}
 
 // OpenAICompatible is the provider of OpenAI-compatible servers.
 const OpenAICompatible = "openai-compatible"

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/adapters/anthropic"
 	"github.com/chronicle-proxy/chronicle/adapters/gemini"
 	"github.com/chronicle-proxy/chronicle/adapters/openaichat"
 	"github.com/chronicle-proxy/chronicle/adapters/responses"
@@ -18,6 +19,8 @@ func describe(a adapters.Adapter) (adapters.Format, string, []string) {
 	case *responses.Adapter:
 		return a.Format(), a.Dialect().Name, a.Dialect().SessionHeaders
 	case *gemini.Adapter:
+		return a.Format(), "", a.SessionHeaders
+	case *anthropic.Adapter:
 		return a.Format(), "", a.SessionHeaders
 	}
 	return "", "", nil
@@ -45,6 +48,9 @@ func TestForConnection(t *testing.T) {
 		{"gemini", "/v1beta/openai/chat/completions", adapters.FormatOpenAIChat, "gemini-openai"},
 		{"gemini", "/v1beta/openai/responses", adapters.FormatOpenAIChat, "gemini-openai"},
 		{"gemini", "/v1beta/responses", adapters.FormatGemini, ""},
+		{"anthropic", "/v1/messages", adapters.FormatAnthropic, ""},
+		{"anthropic", "/v1/messages/count_tokens", adapters.FormatAnthropic, ""},
+		{"anthropic", "/v1/models", adapters.FormatAnthropic, ""},
 		{"openai-compatible", "/v1/chat/completions", adapters.FormatOpenAIChat, "openai-compatible"},
 		{"openai-compatible", "/v1/responses", adapters.FormatOpenAIResponses, "openai"},
 		{"something-else", "/v1/chat/completions", adapters.FormatOpenAIChat, "openai-compatible"},
@@ -90,7 +96,8 @@ func TestForThread(t *testing.T) {
 		{adapters.FormatGemini, adapters.FormatGemini, ""},
 		{adapters.FormatOpenAIResponses, adapters.FormatOpenAIResponses, "openai"},
 		{"", adapters.FormatOpenAIChat, "openai"},
-		{"anthropic-messages", adapters.FormatOpenAIChat, "openai"},
+		{adapters.FormatAnthropic, adapters.FormatAnthropic, ""},
+		{"some-later-format", adapters.FormatOpenAIChat, "openai"},
 	} {
 		if f, d, _ := describe(ForThread(c.format)); f != c.want || d != c.dialect {
 			t.Errorf("ForThread(%q) = %s/%q, want %s/%q", c.format, f, d, c.want, c.dialect)
@@ -112,6 +119,9 @@ func TestForPath(t *testing.T) {
 		"/v1/chat/completions":                                  adapters.FormatOpenAIChat,
 		"/v1/responses":                                         adapters.FormatOpenAIChat,
 		"":                                                      adapters.FormatOpenAIChat,
+		"/claude/v1/messages":                                   adapters.FormatAnthropic,
+		"/claude/v1/messages/count_tokens":                      adapters.FormatAnthropic,
+		"/v1/threads/thread_1/messages":                         adapters.FormatOpenAIChat,
 	} {
 		if got := ForPath([]byte(path)).Format(); got != want {
 			t.Errorf("ForPath(%q) = %s, want %s", path, got, want)

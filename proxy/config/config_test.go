@@ -181,7 +181,7 @@ connections:
 		"connections[0] (a).queue.max_waitng: unknown key (line 13)",
 		"connections[1] (b).rate.rmp: unknown key (line 18)",
 		`listen: want host:port, got "nope"`,
-		`connections[0] (a).provider: want openai, deepseek, gemini or openai-compatible, got "claude"`,
+		`connections[0] (a).provider: want openai, deepseek, gemini, anthropic or openai-compatible, got "claude"`,
 	}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {

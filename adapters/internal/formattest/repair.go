@@ -229,6 +229,24 @@ func plainMessage(v gjson.Result) bool {
 		v.Get("parts.#.functionResponse|#").Int() > 0 {
 		return false
 	}
+	if c := v.Get("content"); c.IsArray() {
+		// Anthropic content blocks.
+		hasText := false
+		for _, b := range c.Array() {
+			switch b.Get("type").Str {
+			case "tool_use", "tool_result":
+				return false
+			case "thinking", "redacted_thinking":
+			case "text":
+				hasText = hasText || b.Get("text").Str != ""
+			default:
+				hasText = true
+			}
+		}
+		if role == "assistant" && !hasText && !v.Get("refusal").Exists() {
+			return false
+		}
+	}
 	if role == "assistant" {
 		c := v.Get("content")
 		return !(!c.Exists() || c.Type == gjson.Null || c.Str == "" && c.Type == gjson.String || c.IsArray() && len(c.Array()) == 0) || v.Get("refusal").Str != ""
