@@ -112,7 +112,9 @@ func checkValid(b []byte) error {
 	return nil
 }
 
-func TestRepairGolden(t *testing.T) { formattest.RepairGolden(t, "repair", repairAnthropic, checkValid) }
+func TestRepairGolden(t *testing.T) {
+	formattest.RepairGolden(t, "repair", repairAnthropic, checkValid)
+}
 
 func TestRepairNotArray(t *testing.T) { formattest.NotArray(t, "anthropic", repairAnthropic) }
 
