@@ -263,7 +263,9 @@ func TestAnthropicErrorsInAnthropicShape(t *testing.T) {
 
 // TestAnthropicPoolKeyPlacement: with a pool key, the client's key (in
 // x-api-key or as a Bearer token) never goes upstream, and the pool key
-// goes where the client's API version takes it.
+// goes where the client's API version takes it; anthropic-version,
+// anthropic-beta and ?beta=true reach the upstream as the client sent
+// them.
 func TestAnthropicPoolKeyPlacement(t *testing.T) {
 	m := startMock(t)
 	p := startProxy(t, m, `
@@ -281,7 +283,8 @@ clients:
 	} {
 		m.Reset()
 		body, _ := sjson.Set(`{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`, "stream", false)
-		resp, rb := do(t, "POST", p.URL+"/claude/v1/messages", body, tc.clientHeader, tc.clientValue, "Anthropic-Version", tc.version, "X-Mock-Scenario", "synthetic")
+		resp, rb := do(t, "POST", p.URL+"/claude/v1/messages?beta=true", body, tc.clientHeader, tc.clientValue, "Anthropic-Version", tc.version,
+			"Anthropic-Beta", "interleaved-thinking-2025-05-14,context-1m-2025-08-07", "X-Mock-Scenario", "synthetic")
 		if resp.StatusCode != 200 {
 			t.Fatalf("%+v: %d %s", tc, resp.StatusCode, rb)
 		}
@@ -294,8 +297,26 @@ clients:
 				t.Fatalf("%+v: the client's key went upstream in %s", tc, h)
 			}
 		}
-		if got.Get("Anthropic-Version") != tc.version {
-			t.Fatalf("anthropic-version not forwarded: %q", got.Get("Anthropic-Version"))
+		if got.Get("Anthropic-Version") != tc.version || got.Get("Anthropic-Beta") != "interleaved-thinking-2025-05-14,context-1m-2025-08-07" ||
+			m.Requests()[0].RawQuery != "beta=true" {
+			t.Fatalf("not forwarded as sent: version %q, beta %q, query %q", got.Get("Anthropic-Version"), got.Get("Anthropic-Beta"), m.Requests()[0].RawQuery)
+		}
+	}
+}
+
+// TestAnthropicPassThrough: count_tokens and the model list pass through
+// unchanged and create no run.
+func TestAnthropicPassThrough(t *testing.T) {
+	m := startMock(t)
+	p := startProxy(t, m, anthropicConfig)
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/v1/messages/count_tokens", `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`},
+		{"GET", "/v1/models", ""},
+	} {
+		direct, dbody := do(t, c.method, m.URL()+c.path, c.body, anthropicHeaders("")...)
+		via, vbody := do(t, c.method, p.URL+"/claude"+c.path, c.body, anthropicHeaders("t-pass")...)
+		if direct.StatusCode != 200 || via.StatusCode != 200 || !bytes.Equal(dbody, vbody) || via.Header.Get("X-Run-Id") != "" {
+			t.Fatalf("%s %s: direct %d %s\nvia %d %s (run %q)", c.method, c.path, direct.StatusCode, dbody, via.StatusCode, vbody, via.Header.Get("X-Run-Id"))
 		}
 	}
 }

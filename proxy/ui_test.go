@@ -68,6 +68,14 @@ func uiCorpus() []seedThread {
 				`{"type":"function_call_output","call_id":"fc_1","output":"5"}`,
 				`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"2 + 3 = 5"}]}`,
 			}},
+		{key: store.Key{Tenant: "beta", Thread: "claude-loop"}, conn: "claude", format: "anthropic-messages", model: "claude-sonnet-4-5",
+			system: `[{"type":"text","text":"You are terse."}]`,
+			msgs: []string{
+				`{"role":"user","content":"Weather in Tokyo?"}`,
+				`{"role":"assistant","content":[{"type":"thinking","thinking":"Call the tool.","signature":"c2lnbmF0dXJl"},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Tokyo"}}]}`,
+				`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"rain"}]}`,
+				`{"role":"assistant","content":[{"type":"text","text":"Rain in Tokyo."}]}`,
+			}},
 		{key: store.Key{Tenant: "beta", Thread: "small-talk"}, conn: "openai", format: "openai-chat", model: "gpt-4o",
 			msgs: []string{`{"role":"user","content":"hello"}`, `{"role":"assistant","content":"Hi there!"}`}},
 	}
@@ -273,6 +281,17 @@ func TestUIBrowser(t *testing.T) {
 	}
 	if blocks[1].Text != "Use the add tool." || blocks[4].Text != "2 + 3 = 5" {
 		t.Fatalf("responses blocks %+v", blocks)
+	}
+	// Anthropic blocks: thinking (its signature not shown), tool_use and
+	// tool_result apart, the system first.
+	eval("anthropic", `openThread('beta', 'claude-loop')`, nil)
+	poll("anthropic title", `document.querySelector('#detail-title').textContent === 'beta / claude-loop'`)
+	eval("anthropic blocks", blocksJS, &blocks)
+	if got := kindsOf(blocks); got != "system,user,reasoning,tool-call,tool-result,assistant" {
+		t.Fatalf("anthropic kinds %s: %+v", got, blocks)
+	}
+	if !strings.Contains(blocks[3].Label, "get_weather") || strings.Contains(blocks[2].Text, "c2lnbmF0dXJl") || blocks[5].Text != "Rain in Tokyo." {
+		t.Fatalf("anthropic blocks %+v", blocks)
 	}
 	// Back to the list: the filter is still applied, and the URL is the
 	// list's.

@@ -38,7 +38,8 @@ type block struct {
 	text []byte
 	// sig is the thinking's signature, escaped.
 	sig []byte
-	// input is a tool_use's input JSON, joined from partial_json pieces.
+	// input is a tool_use's input JSON, joined from partial_json pieces,
+	// still escaped as a JSON string's content.
 	input []byte
 	// citations are the raw citation objects of a text block.
 	citations []byte
@@ -158,9 +159,8 @@ func (b *block) delta(d string) {
 	case "signature_delta":
 		b.sig = appendInner(b.sig, rawjson.MemberRaw(d, `"signature"`))
 	case "input_json_delta":
-		if p := rawjson.MemberRaw(d, `"partial_json"`); rawjson.IsString(p) {
-			b.input = append(b.input, rawjson.String(p)...)
-		}
+		// Kept escaped, as the pieces came; decoded once, in Result.
+		b.input = appendInner(b.input, rawjson.MemberRaw(d, `"partial_json"`))
 	case "citations_delta":
 		if c := rawjson.MemberRaw(d, `"citation"`); c != "" {
 			if len(b.citations) > 0 {
@@ -210,7 +210,12 @@ func (b *block) appendTo(dst []byte) []byte {
 		dst = append(dst, `,"name":`...)
 		dst = append(dst, rawjson.MemberRaw(start, `"name"`)...)
 		dst = append(dst, `,"input":`...)
-		in := bytes.TrimSpace(b.input)
+		var in []byte
+		if len(b.input) > 0 {
+			q := make([]byte, 0, len(b.input)+2)
+			q = append(append(append(q, '"'), b.input...), '"')
+			in = bytes.TrimSpace(rawjson.BytesOf(gjson.ParseBytes(q).Str))
+		}
 		switch {
 		case len(in) > 0 && jsonscan.Valid(in):
 			dst = rawjson.Compact(dst, in)

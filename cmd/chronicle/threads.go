@@ -428,7 +428,14 @@ func threadsShow(ctx context.Context, src auditSource, k store.Key, asJSON bool,
 	fmt.Fprintln(w)
 	format := th.Get("format").String()
 	if sys := th.Get("system"); sys.Exists() && sys.Type != gjson.Null {
-		for _, p := range sys.Get("parts").Array() {
+		parts := sys.Get("parts").Array() // Gemini's systemInstruction
+		switch {
+		case sys.Type == gjson.String: // Anthropic's system, as a string
+			fmt.Fprintf(w, "[system] %s\n", oneLine(sys.Str))
+		case sys.IsArray(): // or as text blocks
+			parts = sys.Array()
+		}
+		for _, p := range parts {
 			fmt.Fprintf(w, "[system] %s\n", oneLine(p.Get("text").String()))
 		}
 	}
@@ -458,6 +465,29 @@ func describeMessage(format string, m gjson.Result) []string {
 				add("tool call "+p.Get("functionCall.name").String(), p.Get("functionCall.args").Raw)
 			case p.Get("functionResponse").Exists():
 				add("tool result "+p.Get("functionResponse.name").String(), p.Get("functionResponse.response").Raw)
+			}
+		}
+	case "anthropic-messages":
+		role := m.Get("role").String()
+		c := m.Get("content")
+		if c.Type == gjson.String {
+			add(role, c.Str)
+			break
+		}
+		for _, b := range c.Array() {
+			switch b.Get("type").String() {
+			case "text":
+				add(role, b.Get("text").String())
+			case "thinking":
+				add("thinking", b.Get("thinking").String())
+			case "redacted_thinking":
+				add("redacted thinking", "[encrypted]")
+			case "tool_use":
+				add("tool call "+b.Get("name").String()+" "+b.Get("id").String(), b.Get("input").Raw)
+			case "tool_result":
+				add("tool result "+b.Get("tool_use_id").String(), contentText(b.Get("content")))
+			default:
+				add(role+" "+b.Get("type").String(), b.Raw)
 			}
 		}
 	case "openai-responses":

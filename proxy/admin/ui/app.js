@@ -209,7 +209,7 @@ function renderThread(th) {
   for (const r of th.runs) tbody.appendChild(runRow(r));
   const list = $("#transcript");
   list.textContent = "";
-  if (th.system) for (const b of geminiParts(th.system, "system")) list.appendChild(block(b, "system"));
+  for (const b of systemBlocks(th.system)) list.appendChild(block(b, "system"));
   th.messages.forEach((m, i) => {
     for (const b of blocks(th.format, m)) list.appendChild(block(b, i));
   });
@@ -258,7 +258,38 @@ function runRow(r) {
 function blocks(format, m) {
   if (format === "gemini") return geminiParts(m, m.role === "model" ? "assistant" : m.role || "user");
   if (format === "openai-responses") return responsesItem(m);
+  if (format === "anthropic-messages") return anthropicBlocks(m);
   return chatMessage(m);
+}
+
+// systemBlocks renders a thread's system: Gemini's systemInstruction
+// (parts), or Anthropic's system (a string or text blocks).
+function systemBlocks(sys) {
+  if (!sys) return [];
+  if (typeof sys === "string") return [{ kind: "system", label: "system", text: sys }];
+  if (Array.isArray(sys)) return sys.map((b) => ({ kind: "system", label: "system", text: b.text !== undefined ? b.text : pretty(b), code: b.text === undefined }));
+  return geminiParts(sys, "system");
+}
+
+// anthropicBlocks renders an Anthropic message's content blocks: text,
+// thinking (its signature is not shown), redacted thinking, tool_use,
+// tool_result, and any other block as its JSON.
+function anthropicBlocks(m) {
+  const role = m.role || "other";
+  const kind = role === "user" ? "user" : role === "assistant" ? "assistant" : "other";
+  if (typeof m.content === "string") return [{ kind, label: role, text: m.content }];
+  const out = [];
+  for (const b of m.content || []) {
+    switch (b.type) {
+      case "text": out.push({ kind, label: role, text: b.text }); break;
+      case "thinking": out.push({ kind: "reasoning", label: "thinking", text: b.thinking || "[signed thinking, text omitted]" }); break;
+      case "redacted_thinking": out.push({ kind: "reasoning", label: "redacted thinking", text: "[encrypted reasoning]" }); break;
+      case "tool_use": out.push({ kind: "tool-call", label: "tool call · " + b.name + " · " + (b.id || ""), text: pretty(b.input || {}), code: true }); break;
+      case "tool_result": out.push({ kind: "tool-result", label: "tool result · " + (b.tool_use_id || "") + (b.is_error ? " · error" : ""), text: pretty(textOf(b.content)), code: true }); break;
+      default: out.push({ kind: "other", label: role + " · " + (b.type || "block"), text: pretty(b), code: true });
+    }
+  }
+  return out;
 }
 
 function textOf(content) {
