@@ -129,6 +129,7 @@ func nested(f NestedRules, h *history, size int, opts Options) builder {
 		// result starts in ps (-1: none yet), where a format whose
 		// results come first takes the added ones.
 		otherAt := -1
+		var orphans []string // results turned into notes, for a results-first format
 		add := func(s string) {
 			if len(ps) > 1 {
 				ps = append(ps, ',')
@@ -148,6 +149,11 @@ func nested(f NestedRules, h *history, size int, opts Options) builder {
 					raw = str(f.AppendOrphan(nil, raw, orphanHeader(ref)))
 					b.edit(KindOrphanResult, r.id, r.name)
 					changed = true
+					if resultsFirst {
+						// No longer a result: after the results.
+						orphans = append(orphans, raw)
+						continue
+					}
 				} else if blockOf[g.calls[r.call].msg] != i {
 					changed = true
 					continue // moved to its call's block
@@ -171,20 +177,27 @@ func nested(f NestedRules, h *history, size int, opts Options) builder {
 			}
 			add(raw)
 		}
+		var more []byte
 		if extra != nil {
-			more := extra([]byte{'['})[1:]
-			switch {
-			case len(more) == 0:
-			case resultsFirst && otherAt >= 0:
-				ps = append(ps[:otherAt:otherAt], append(append(more, ','), ps[otherAt:]...)...)
-				changed = true
-			default:
-				if len(ps) > 1 {
-					ps = append(ps, ',')
-				}
-				ps = append(ps, more...)
-				changed = true
+			more = extra([]byte{'['})[1:]
+		}
+		for _, o := range orphans {
+			if len(more) > 0 {
+				more = append(more, ',')
 			}
+			more = append(more, o...)
+		}
+		switch {
+		case len(more) == 0:
+		case resultsFirst && otherAt >= 0:
+			ps = append(ps[:otherAt:otherAt], append(append(more, ','), ps[otherAt:]...)...)
+			changed = true
+		default:
+			if len(ps) > 1 {
+				ps = append(ps, ',')
+			}
+			ps = append(ps, more...)
+			changed = true
 		}
 		return append(ps, ']'), changed
 	}

@@ -25,9 +25,16 @@ func checkValid(b []byte) error {
 		Role    string
 		Content json.RawMessage
 	}
-	var msgs []msg
-	if err := json.Unmarshal(b, &msgs); err != nil {
+	var raws []json.RawMessage
+	if err := json.Unmarshal(b, &raws); err != nil {
 		return err
+	}
+	msgs := make([]msg, len(raws))
+	for i, r := range raws {
+		var fields map[string]json.RawMessage
+		json.Unmarshal(r, &fields) // what does not fit stays zero, as repair sees it
+		json.Unmarshal(fields["role"], &msgs[i].Role)
+		msgs[i].Content = fields["content"]
 	}
 	blocksOf := func(c json.RawMessage) []map[string]any {
 		var bs []map[string]any
@@ -85,7 +92,8 @@ func checkValid(b []byte) error {
 				if b["type"] != "tool_result" {
 					break
 				}
-				answered[b["tool_use_id"].(string)] = true
+				id, _ := b["tool_use_id"].(string)
+				answered[id] = true
 			}
 		}
 		for _, c := range calls {
@@ -99,12 +107,13 @@ func checkValid(b []byte) error {
 		if ti > 0 {
 			for _, b := range turns[ti-1].blocks {
 				if b["type"] == "tool_use" {
-					prev[b["id"].(string)] = true
+					id, _ := b["id"].(string)
+					prev[id] = true
 				}
 			}
 		}
 		for _, b := range t.blocks {
-			if b["type"] == "tool_result" && !prev[b["tool_use_id"].(string)] {
+			if id, _ := b["tool_use_id"].(string); b["type"] == "tool_result" && !prev[id] {
 				return fmt.Errorf("turn %d: tool_result %v without its tool_use", ti, b["tool_use_id"])
 			}
 		}

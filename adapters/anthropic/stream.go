@@ -174,6 +174,15 @@ func (b *block) delta(d string) {
 	}
 }
 
+// stringOr is v when it is a JSON string, else "" (a broken start block
+// still assembles into valid JSON).
+func stringOr(v string) string {
+	if rawjson.IsString(v) {
+		return v
+	}
+	return `""`
+}
+
 // appendInner appends the inside of the JSON string raw (escapes kept).
 func appendInner(dst []byte, raw string) []byte {
 	if len(raw) >= 2 && raw[0] == '"' {
@@ -204,11 +213,11 @@ func (b *block) appendTo(dst []byte) []byte {
 	case kindToolUse:
 		start := rawjson.Str(b.start)
 		dst = append(dst, `{"type":`...)
-		dst = append(dst, rawjson.MemberRaw(start, `"type"`)...)
+		dst = append(dst, stringOr(rawjson.MemberRaw(start, `"type"`))...)
 		dst = append(dst, `,"id":`...)
-		dst = append(dst, rawjson.MemberRaw(start, `"id"`)...)
+		dst = append(dst, stringOr(rawjson.MemberRaw(start, `"id"`))...)
 		dst = append(dst, `,"name":`...)
-		dst = append(dst, rawjson.MemberRaw(start, `"name"`)...)
+		dst = append(dst, stringOr(rawjson.MemberRaw(start, `"name"`))...)
 		dst = append(dst, `,"input":`...)
 		var in []byte
 		if len(b.input) > 0 {
