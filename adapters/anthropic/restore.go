@@ -26,13 +26,14 @@ func (a *Adapter) Restorable(stored []byte) bool {
 type storedTurn struct {
 	thinking []string // its leading thinking/redacted_thinking blocks, raw
 	text     string   // its text blocks joined, for matching by content
+	calls    string   // its tool_use ids joined, for matching by content
 	pos      int      // among the stored assistant messages
 }
 
 // Restore implements adapters.Adapter. An incoming assistant message
 // matches a stored one by its tool_use ids, else the stored assistant
-// message at the same position among assistant messages whose text is the
-// same. From a match, the thinking and redacted_thinking blocks that lead
+// message at the same position among assistant messages whose text and
+// tool_use ids are the same. From a match, the thinking and redacted_thinking blocks that lead
 // the stored message are put back, byte for byte, where the incoming one
 // dropped them, emptied them or changed their text or signature (the API
 // refuses a signed block that differs in any way from what it returned;
@@ -75,6 +76,7 @@ func (a *Adapter) Restore(incoming, stored []byte, model string) ([]byte, []adap
 				if id := b.Get("id").Str; id != "" {
 					byCall[id] = len(turns)
 				}
+				t.calls += b.Get("id").Str + "\x00"
 			case typ == "text":
 				t.text += b.Get("text").Str
 			}
@@ -102,7 +104,7 @@ func (a *Adapter) Restore(incoming, stored []byte, model string) ([]byte, []adap
 			return true
 		}
 		var lead, rest []string
-		var text string
+		var text, calls string
 		match := -1
 		leading := true
 		content.ForEach(func(_, b gjson.Result) bool {
@@ -117,6 +119,7 @@ func (a *Adapter) Restore(incoming, stored []byte, model string) ([]byte, []adap
 				if j, ok := byCall[b.Get("id").Str]; ok && match < 0 {
 					match = j
 				}
+				calls += b.Get("id").Str + "\x00"
 			case "text":
 				text += b.Get("text").Str
 			}
@@ -125,7 +128,7 @@ func (a *Adapter) Restore(incoming, stored []byte, model string) ([]byte, []adap
 		})
 		if match < 0 {
 			for j := range turns {
-				if turns[j].pos == apos && turns[j].text == text {
+				if turns[j].pos == apos && turns[j].text == text && turns[j].calls == calls {
 					match = j
 					break
 				}
