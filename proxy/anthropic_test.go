@@ -259,6 +259,11 @@ func TestAnthropicErrorsInAnthropicShape(t *testing.T) {
 	if resp.StatusCode != 400 || gjson.GetBytes(body, "error.type").String() != "invalid_request_error" {
 		t.Fatalf("bad JSON: %d %s", resp.StatusCode, body)
 	}
+	// Before a connection is known, the path says the format.
+	resp, body = do(t, "POST", p.URL+"/nope/v1/messages", `{}`, anthropicHeaders("")...)
+	if resp.StatusCode != 404 || gjson.GetBytes(body, "error.type").String() != "not_found_error" || gjson.GetBytes(body, "error.code").String() != "unknown_connection" {
+		t.Fatalf("unknown connection: %d %s", resp.StatusCode, body)
+	}
 }
 
 // TestAnthropicPoolKeyPlacement: with a pool key, the client's key (in
