@@ -150,8 +150,10 @@ func (a *Adapter) StripAddedUsage(event []byte) ([]byte, bool) { return event, f
 // ErrorType is Anthropic's error type for an HTTP status (wire-formats §6.8).
 func ErrorType(status int) string {
 	switch status {
-	case 400, 405, 409, 422:
+	case 400, 405, 422:
 		return "invalid_request_error"
+	case 409:
+		return "conflict_error"
 	case 401:
 		return "authentication_error"
 	case 402:

@@ -97,7 +97,7 @@ func TestErrorShape(t *testing.T) {
 	for _, c := range []struct {
 		status int
 		typ    string
-	}{{400, "invalid_request_error"}, {401, "authentication_error"}, {404, "not_found_error"}, {409, "invalid_request_error"},
+	}{{400, "invalid_request_error"}, {401, "authentication_error"}, {404, "not_found_error"}, {409, "conflict_error"},
 		{413, "request_too_large"}, {429, "rate_limit_error"}, {502, "api_error"}, {503, "api_error"}, {529, "overloaded_error"}} {
 		b := ad.ErrorBody(c.status, "thread_busy", `say "hi"`)
 		if r := gjson.ParseBytes(b); r.Get("type").Str != "error" || r.Get("error.type").Str != c.typ ||

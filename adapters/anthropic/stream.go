@@ -253,11 +253,17 @@ func (s *assembler) Result() adapters.Turn {
 	if s.calls > 0 {
 		t.ToolCalls = make([]adapters.ToolCall, 0, s.calls)
 	}
+	first := true
 	for i := range s.n {
 		b := &s.blocks[i]
-		if i > 0 {
+		if b.kind == kindText && len(b.text) == 0 {
+			// The API refuses an empty text block sent back.
+			continue
+		}
+		if !first {
 			msg = append(msg, ',')
 		}
+		first = false
 		msg = b.appendTo(msg)
 		if b.kind == kindToolUse {
 			start := rawjson.Str(b.start)

@@ -22,3 +22,16 @@ func TestDescribeAnthropicMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairCommandAnthropic: `chronicle repair --format anthropic`
+// answers an unanswered tool_use in a Messages body.
+func TestRepairCommandAnthropic(t *testing.T) {
+	in := `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]},{"role":"user","content":"go on"}]}`
+	var out, errOut strings.Builder
+	if code := repairCmd([]string{"--format", "anthropic", "--json"}, strings.NewReader(in), &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if r := gjson.Parse(out.String()); r.Get("messages.2.content.0.type").String() != "tool_result" || r.Get("interrupted.0.call_id").String() != "toolu_1" {
+		t.Fatalf("output %s", out.String())
+	}
+}

@@ -14,7 +14,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-const repairUsage = `usage: chronicle repair [--format openai|gemini|responses] [--read-only-tools a,b] [--json] < history.json
+const repairUsage = `usage: chronicle repair [--format openai|gemini|responses|anthropic] [--read-only-tools a,b] [--json] < history.json
 
 Reads a history (a messages, contents or input array, or a whole request
 body) from stdin and prints it repaired, with the calls that never returned
@@ -27,6 +27,7 @@ var repairFormats = map[string]adapters.Format{
 	"deepseek":  adapters.FormatOpenAIChat,
 	"gemini":    adapters.FormatGemini,
 	"responses": adapters.FormatOpenAIResponses,
+	"anthropic": adapters.FormatAnthropic,
 }
 
 // repairCmd reads a history from stdin — a bare messages/contents/input
@@ -34,7 +35,7 @@ var repairFormats = map[string]adapters.Format{
 // array, then the calls that never returned and the edits, for operators.
 func repairCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
-	format := fs.String("format", "openai", "history format: openai (chat messages, also DeepSeek), gemini (contents) or responses (input items)")
+	format := fs.String("format", "openai", "history format: openai (chat messages, also DeepSeek), gemini (contents), responses (input items) or anthropic (Messages)")
 	readOnly := fs.String("read-only-tools", "", "comma-separated tools that change nothing (their interrupted calls are safe to repeat)")
 	asJSON := fs.Bool("json", false, "print one JSON object {messages, interrupted, edits} instead of text")
 	if code, done := parseFlags(fs, repairUsage, stdout, stderr, func() error { return fs.Parse(args) }); done {
@@ -61,7 +62,7 @@ func repairCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	f, ok := repairFormats[*format]
 	if !ok {
-		fmt.Fprintf(stderr, "chronicle repair: --format: want openai, gemini or responses, got %q\n", *format)
+		fmt.Fprintf(stderr, "chronicle repair: --format: want openai, gemini, responses or anthropic, got %q\n", *format)
 		return 2
 	}
 	res, err := formats.ForThread(f).Repair(history, opts)
