@@ -149,6 +149,11 @@ type Transcript struct {
 	Connection string // set when non-empty
 	Format     string // set when non-empty
 	Model      string // set when non-empty
+	// Digest, when set, is the Digest of the whole transcript after the
+	// write (Diff sets it). A store may keep it, so that a StartRun with
+	// KnownDigest compares digests without reading the hashes; it must be
+	// right, or empty.
+	Digest string
 }
 
 // Diff returns the write that turns a thread whose messages hash to stored
@@ -157,7 +162,7 @@ type Transcript struct {
 // diverging tail is overwritten.
 func Diff(stored []Hash, next [][]byte, nextHashes []Hash) Transcript {
 	keep := CommonPrefix(stored, nextHashes)
-	t := Transcript{Keep: keep, Messages: next[keep:], Hashes: nextHashes[keep:]}
+	t := Transcript{Keep: keep, Messages: next[keep:], Hashes: nextHashes[keep:], Digest: Digest(nextHashes)}
 	if keep > 0 {
 		t.KeepHash = stored[keep-1]
 	}

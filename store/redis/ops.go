@@ -253,7 +253,7 @@ func (s *Store) transcriptArgs(b *batch, k store.Key, run string, t *store.Trans
 		b.size += len(t.System)
 		hassys, blob = "2", name
 	}
-	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), hassys, sys.sum, blob, t.Connection, t.Format, t.Model}
+	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), hassys, sys.sum, blob, t.Connection, t.Format, t.Model, t.Digest}
 }
 
 // loadFlag is the start script's load argument: '0' no thread, '1' the
@@ -387,13 +387,13 @@ func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int6
 		claimCmd = b.script(runIDScript, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
 		// NX: a retried start leaves the score of a run that exists alone.
 		b.pipe.ZAddNX(ctx, s.active(), redis.Z{Score: float64(exp), Member: activeMember(k, sr.RunID)})
-		startCmd = b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, sr.Model,
+		startCmd = b.script(startScript, []string{s.meta(k)}, sr.RunID, sr.Owner, exp, now, sr.Fingerprint, startRecord(sr.Model, now, sr.Owner, exp),
 			s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest, "", "", attempt)
 	} else {
 		// One node: the script claims the run id and registers the run for
 		// the sweeper itself, and undoes both when it refuses.
 		startCmd = b.script(startScript, []string{s.meta(k), s.tenantRuns(k.Tenant), s.active()}, sr.RunID, sr.Owner, exp, now,
-			sr.Fingerprint, sr.Model, s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest,
+			sr.Fingerprint, startRecord(sr.Model, now, sr.Owner, exp), s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest,
 			k.Thread, k.Tenant+"/"+k.Thread, attempt)
 	}
 	return claimCmd, startCmd, b.exec(s)
@@ -582,22 +582,20 @@ func (b *batch) replicated() error {
 //
 //go:noinline
 func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *store.Finish, sys systemSend) (*redis.Cmd, string) {
-	args := make([]any, 0, 51+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
+	args := make([]any, 0, 40+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
 	now := s.now()
 	keys := []string{s.meta(l.Key)}
 	if !s.cluster {
 		keys = append(keys, s.tenantThreads(l.Key.Tenant), s.allThreads(), s.tenants(), s.active())
 		args = append(args, l.Key.Thread, l.Key.Tenant, l.Key.Tenant+"/"+l.Key.Thread)
 	}
-	args = append(args, l.RunID, l.Token, now, string(f.Status), f.Reason)
-	ef, e := blob(f.Error)
-	args = append(args, ef, e)
-	if f.Usage != nil {
-		args = append(args, "1", f.Usage.InputTokens, f.Usage.OutputTokens, f.Usage.CachedTokens, f.Usage.ReasoningTokens)
+	args = append(args, l.RunID, l.Token, now, string(f.Status), finishRecord(f, now))
+	if u := f.Usage; u != nil {
+		args = append(args, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
 	} else {
-		args = append(args, "0", 0, 0, 0, 0)
+		args = append(args, "0", "0", "0", "0")
 	}
-	args = append(args, f.Model, f.AnswerStatus)
+	args = append(args, f.Model)
 	if len(f.Events) > 0 {
 		// Ahead of the finish script, in the same round trip. Its answer
 		// is not read: a gap drops the events (store.Finish), and a fenced
@@ -607,8 +605,8 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 	for _, body := range []struct {
 		field string
 		v     []byte
-	}{{"partial", f.Partial}, {"resp", f.Response}, {"up", f.UpstreamBody}, {"ic", f.InterruptedCalls}, {"rep", f.Repairs}, {"rst", f.Restored}} {
-		if (body.field == "resp" || body.field == "up") && len(body.v) >= blobMin {
+	}{{"partial", f.Partial}, {"resp", f.Response}, {"up", f.UpstreamBody}} {
+		if body.field != "partial" && len(body.v) >= blobMin {
 			// Staged like a large message (flag '2'); the script moves
 			// it to a key of the run's own.
 			name := l.RunID + ":" + body.field
@@ -620,17 +618,12 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 		bf, bv := blob(body.v)
 		args = append(args, bf, bv)
 	}
-	if f.SessionID != nil {
-		args = append(args, "1", *f.SessionID)
-	} else {
-		args = append(args, "0", "")
-	}
 	args = append(args, f.Resumes, s.opts.EventRetention.Milliseconds())
 	if f.Transcript != nil {
 		args = append(args, "1")
 		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, f.Transcript, sys)...)
 	} else {
-		args = append(args, "0", 0, "", "", "0", "", "", "", "", "")
+		args = append(args, "0", 0, "", "", "0", "", "", "", "", "", "")
 	}
 	args = append(args, len(f.Interrupts))
 	for _, in := range f.Interrupts {
@@ -724,6 +717,10 @@ func (s *Store) waitFsync(ctx context.Context, key string) error {
 	return mapErr(err)
 }
 
+// parseRun reads a run's hash: its own fields, then the start and finish
+// records (record.go) where the run has them. A field a later write
+// changes (the lease's expiry on renewal, the sweep's reason and time)
+// overrides the start record, and the finish record overrides both.
 func parseRun(k store.Key, id string, h map[string]string) store.Run {
 	i64 := func(f string) int64 { n, _ := strconv.ParseInt(h[f], 10, 64); return n }
 	bytesOf := func(f string) []byte {
@@ -732,17 +729,36 @@ func parseRun(k store.Key, id string, h map[string]string) store.Run {
 		}
 		return nil
 	}
-	r := store.Run{ID: id, Key: k, Status: store.Status(h["st"]), Reason: h["reason"], Model: h["model"],
-		StartedAt: fromMS(h["started"]), FinishedAt: fromMS(h["fin"]), Error: bytesOf("err"),
-		InterruptedCalls: bytesOf("ic"), Repairs: bytesOf("rep"), Restored: bytesOf("rst"), Partial: bytesOf("partial"),
-		Interrupts: []store.Interrupt{}, LeaseOwner: h["lown"], LeaseToken: i64("ltok"), LeaseExpires: fromMS(h["lexp"]),
+	r := store.Run{ID: id, Key: k, Status: store.Status(h["st"]), Partial: bytesOf("partial"),
+		Interrupts: []store.Interrupt{}, LeaseToken: i64("ltok"),
 		DetachedSince: fromMS(h["det"]), CancelRequested: h["cancel"] == "1", ResumedBy: h["rby"], Fingerprint: h["fp"],
-		Events: i64("ev"), Response: bytesOf("resp"), UpstreamBody: bytesOf("up"), AnswerStatus: int(i64("hs"))}
+		Events: i64("ev"), Response: bytesOf("resp"), UpstreamBody: bytesOf("up")}
+	if rec, ok := h["s"]; ok {
+		applyStartRecord(&r, rec)
+	}
+	for f, set := range map[string]func(v string){
+		"model":   func(v string) { r.Model = v },
+		"started": func(v string) { r.StartedAt = fromMS(v) },
+		"lown":    func(v string) { r.LeaseOwner = v },
+		"lexp":    func(v string) { r.LeaseExpires = fromMS(v) },
+		"reason":  func(v string) { r.Reason = v },
+		"fin":     func(v string) { r.FinishedAt = fromMS(v) },
+		"err":     func(v string) { r.Error = []byte(v) },
+		"ic":      func(v string) { r.InterruptedCalls = []byte(v) },
+		"rep":     func(v string) { r.Repairs = []byte(v) },
+		"rst":     func(v string) { r.Restored = []byte(v) },
+		"hs":      func(v string) { n, _ := strconv.Atoi(v); r.AnswerStatus = n },
+		"sid":     func(v string) { sid := v; r.SessionID = &sid },
+	} {
+		if v, ok := h[f]; ok {
+			set(v)
+		}
+	}
 	if _, ok := h["ui"]; ok {
 		r.Usage = &store.Usage{InputTokens: i64("ui"), OutputTokens: i64("uo"), CachedTokens: i64("uc"), ReasoningTokens: i64("ur")}
 	}
-	if v, ok := h["sid"]; ok {
-		r.SessionID = &v
+	if rec, ok := h["f"]; ok {
+		applyFinishRecord(&r, rec)
 	}
 	return r
 }
@@ -928,6 +944,17 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 	runs, err := deleteScript.Run(ctx, s.c, []string{s.meta(k)}).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return mapErr(err)
+	}
+	if !s.cluster {
+		// One step, so that a thread created meanwhile in the tenant (whose
+		// finish adds the tenant to the set once, when it creates the
+		// thread) cannot lose the tenant between the count and the removal.
+		args := make([]any, 0, 2+len(runs))
+		args = append(args, k.Thread, k.Tenant)
+		for _, r := range runs {
+			args = append(args, r)
+		}
+		return mapErr(unindexScript.Run(ctx, s.c, []string{s.tenantRuns(k.Tenant), s.active(), s.tenantThreads(k.Tenant), s.allThreads(), s.tenants()}, args...).Err())
 	}
 	pipe := s.c.Pipeline()
 	for _, r := range runs {

@@ -2,16 +2,26 @@ package redisstore
 
 import "github.com/redis/go-redis/v9"
 
-// prelude is shared by every thread script. KEYS[1] is the thread's meta
-// key; the other keys of the thread are derived from its prefix, so they
-// share its hash slot.
-const prelude = `
+// The thread scripts are built from the Lua pieces below, each taking
+// only the ones it uses: a script's local functions are made anew on
+// every call, so a helper a step does not need would cost every call its
+// closure. KEYS[1] is always the thread's meta key; the other keys of the
+// thread are derived from its prefix, so they share its hash slot.
+const luaBase = `
 local meta = KEYS[1]
 local p = string.sub(meta, 1, -5)
+`
+
+const luaFenced = `
 local function fenced(run, tok)
   local m = redis.call('HMGET', meta, 'l_run', 'l_tok')
   return m[1] ~= run or m[2] ~= tok
 end
+`
+
+// luaLost fails a run whose lease expired (the sweeper and a start that
+// finds the lease expired).
+const luaLost = `
 -- endlog ends a run's event log with the marker "<n>-1" (field e) that
 -- followers stop at. A run without events has no log: it gets one only
 -- when a follower asked for it (the run field 'fol', set by
@@ -25,28 +35,50 @@ local function endlogof(run, ret, ev, fol)
   redis.call('XADD', ek, n .. '-1', 'e', '1')
   redis.call('PEXPIRE', ek, ret)
 end
-local function endlog(run, ret)
-  local m = redis.call('HMGET', p .. 'run:' .. run, 'ev', 'fol')
-  endlogof(run, ret, m[1], m[2])
-end
 local function lost(run, now, ret)
   local rk = p .. 'run:' .. run
   local m = redis.call('HMGET', meta, 'l_run', 'nruns')
   if m[1] == run then redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp') end
-  local st = redis.call('HMGET', rk, 'st', 'n')
+  local st = redis.call('HMGET', rk, 'st', 'n', 'ev', 'fol')
   if st[1] ~= 'running' then return false end
   redis.call('HSET', rk, 'st', 'failed', 'reason', 'proxy_lost', 'fin', now)
   if st[2] == m[2] then redis.call('HSET', meta, 'last', 'failed') end
-  endlog(run, ret)
+  endlogof(run, ret, st[3], st[4])
   return true
 end
+`
+
+// luaEndlog is luaLost's endlogof alone (the finish).
+const luaEndlog = `
+local function endlogof(run, ret, ev, fol)
+  local n = ev or '0'
+  if n == '0' and not fol then return end
+  local ek = p .. 'ev:' .. run
+  redis.call('XADD', ek, n .. '-1', 'e', '1')
+  redis.call('PEXPIRE', ek, ret)
+end
+`
+
+const luaDropBlobs = `
+local function dropblobs(from)
+  if not redis.call('HGET', meta, 'nblob') then return end
+  for _, m in ipairs(redis.call('LRANGE', p .. 'msgs', from, -1)) do
+    if string.byte(m, 1) == 0 then redis.call('DEL', p .. 'blob:' .. string.sub(m, 2)) end
+  end
+end
+`
+
+// luaTranscript checks and applies a transcript write (the save and the
+// finish); it needs luaDropBlobs.
+const luaTranscript = `
 -- metaof reads, in one HMGET, the meta fields that a transcript write
--- and a finish decide on (the lease, the system's sum, the write count and
--- times, the legacy 'sys' field); they write what they change with one
--- HSET at the end (the accumulated 'set'), so none is read twice.
+-- and a finish decide on, as an array (a table of named fields would cost
+-- each call its hash part): 1 l_run, 2 l_tok, 3 syssum, 4 created,
+-- 5 updated, 6 nruns, 7 v, 8 the legacy 'sys' field. They write what
+-- they change with one HSET at the end (the accumulated 'set'), so none
+-- is read twice.
 local function metaof()
-  local m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'syssum', 'created', 'updated', 'nruns', 'v', 'sys')
-  return {run = m[1], tok = m[2], syssum = m[3], created = m[4], updated = m[5], nruns = m[6], v = m[7], oldsys = m[8] ~= false}
+  return redis.call('HMGET', meta, 'l_run', 'l_tok', 'syssum', 'created', 'updated', 'nruns', 'v', 'sys')
 end
 -- checktr returns the stored message count when a write that keeps the
 -- first keep messages (the last of which hashes to keephash) fits the
@@ -75,12 +107,6 @@ local function dropstages(msgs)
     if string.byte(m, 1) == 0 then redis.call('DEL', p .. 'stage:' .. string.sub(m, 2)) end
   end
 end
-local function dropblobs(from)
-  if not redis.call('HGET', meta, 'nblob') then return end
-  for _, m in ipairs(redis.call('LRANGE', p .. 'msgs', from, -1)) do
-    if string.byte(m, 1) == 0 then redis.call('DEL', p .. 'blob:' .. string.sub(m, 2)) end
-  end
-end
 -- The thread's system blob lives in the key p .. 'sys', its SHA-256 in
 -- the meta field 'syssum' (threads written before kept the blob itself in
 -- the meta field 'sys'; their next write moves it). A transcript write
@@ -93,7 +119,7 @@ end
 -- when a '3' write's sum is not the stored one (the writer then sends the
 -- blob), 'conflict' when a staged blob is missing.
 local function sysready(mt, hassys, syssum, sys)
-  if hassys == '3' and (mt.syssum ~= syssum or mt.oldsys) then
+  if hassys == '3' and (mt[3] ~= syssum or mt[8]) then
     return 'needsys'
   end
   if hassys == '2' and redis.call('EXISTS', p .. 'stage:' .. sys) == 0 then return 'conflict' end
@@ -104,11 +130,18 @@ end
 -- applied (a retry) changes nothing. The meta fields it changes go to set
 -- (field, value, …), for the caller's HSET. It returns the thread's
 -- 'updated' after the write.
-local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, model, msgs, now, set)
+--
+-- dg is the SHA-1 of the whole hash blob after the write when the writer
+-- knows it (store.Transcript.Digest), else ''. It is kept as the meta
+-- field 'dg', "<v>:<digest>", so a start that knows the digest compares
+-- it without reading the blob; it holds only while v is the version it
+-- names (a writer that does not know it, or an older chronicle's, moves v
+-- on and leaves it stale).
+local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, model, msgs, now, dg, set)
   local mk, hk = p .. 'msgs', p .. 'hashes'
-  local oldsys = mt.oldsys
-  local syssame = not oldsys and ((hassys == '0' and not mt.syssum) or (hassys ~= '0' and mt.syssum == syssum))
-  local same = syssame and mt.created and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
+  local oldsys = mt[8]
+  local syssame = not oldsys and ((hassys == '0' and not mt[3]) or (hassys ~= '0' and mt[3] == syssum))
+  local same = syssame and mt[4] and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
   if not same then
     if keep < n then
       dropblobs(keep)
@@ -125,7 +158,8 @@ local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, mo
     end
     if keep == 0 then
       redis.call('DEL', hk)
-    elseif redis.call('STRLEN', hk) > keep * 16 then
+    elseif keep < n then
+      -- (the blob holds 16 bytes per listed message)
       redis.call('SET', hk, redis.call('GETRANGE', hk, 0, keep * 16 - 1))
     end
     for i = 1, #msgs, 1000 do
@@ -147,29 +181,34 @@ local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, mo
       end
       if oldsys then redis.call('HDEL', meta, 'sys') end
     end
-    set[#set + 1] = 'v'; set[#set + 1] = string.format('%d', (tonumber(mt.v) or 0) + 1)
-    if not mt.created then set[#set + 1] = 'created'; set[#set + 1] = now end
+    local v = string.format('%d', (tonumber(mt[7]) or 0) + 1)
+    set[#set + 1] = 'v'; set[#set + 1] = v
+    if dg ~= '' then set[#set + 1] = 'dg'; set[#set + 1] = v .. ':' .. dg end
+    if not mt[4] then set[#set + 1] = 'created'; set[#set + 1] = now end
     set[#set + 1] = 'updated'; set[#set + 1] = now
   end
   if conn ~= '' then set[#set + 1] = 'conn'; set[#set + 1] = conn end
   if fmt ~= '' then set[#set + 1] = 'fmt'; set[#set + 1] = fmt end
   if model ~= '' then set[#set + 1] = 'model'; set[#set + 1] = model end
-  if same then return mt.updated end
+  if same then return mt[5] end
   return now
 end
 `
 
 // startScript: KEYS meta [, tenant run index, sweeper index]; ARGV run,
-// owner, exp, now, fp, model, retention, load, known digest, thread,
+// owner, exp, now, fp, record (the run's start fields no script reads,
+// packed: see record.go), retention, load, known digest, thread,
 // tenant/thread (both empty on a cluster), attempt.
 // Returns {'conflict'} | {'exists', runfields, intr, [thread]} |
 // {'held', run, tok, exp, owner} | {'ok', tok, lostrun, prevlast, [thread]}
 // | {'taken'}
 // where thread (when load is '1') is the meta fields threadFields names
 // (HMGET, in that order), messages, hash blob and
-// 'same' or ”, read in the same step as the lease; when the hash blob's
-// SHA-1 is the known digest, messages and blob are left out ({}, ”) and
-// the last value is 'same'.
+// 'same' or ”, read in the same step as the lease; when the stored
+// transcript's digest is the known one, messages and blob are left out
+// ({}, ”) and the last value is 'same'. The digest is the meta field 'dg'
+// while it names the thread's version (writetr), else the SHA-1 of the
+// hash blob.
 //
 // attempt is unique per StartRun call, and kept on the run it creates. The
 // same script sent again with the same arguments (go-redis retries a
@@ -185,35 +224,43 @@ end
 // (nothing written), and a start refused as held undoes both. Without
 // them (a cluster, where those keys live on other slots) StartRun sends
 // the claim and the sweeper entry as commands of their own.
-var startScript = redis.NewScript(prelude + `
-local run, owner, exp, now, fp, model, ret = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
--- thread adds the thread to a reply when it is to be loaded; f is its
--- meta fields when the caller read them already (start reads them with
--- the lease's).
-local tf = {'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys'}
-local function thread(out, f)
-  if ARGV[8] ~= '0' then
-    f = f or redis.call('HMGET', meta, unpack(tf))
-    if ARGV[8] == '1' then
-      f[7] = redis.call('GET', p .. 'sys') or f[7]
-    else
-      f[7] = false
-    end
-    out[#out + 1] = f
-    local hb = redis.call('GET', p .. 'hashes') or ''
-    if ARGV[9] ~= '' and redis.sha1hex(hb) == ARGV[9] then
-      out[#out + 1] = {}
-      out[#out + 1] = ''
-      out[#out + 1] = 'same'
-    else
-      out[#out + 1] = redis.call('LRANGE', p .. 'msgs', 0, -1)
-      out[#out + 1] = hb
-      out[#out + 1] = ''
-    end
+var startScript = redis.NewScript(luaBase + luaLost + `
+-- thread adds the thread to a reply when it is to be loaded (load is not
+-- '0'); f is its meta fields when the caller read them already (start
+-- reads them with the lease's): threadFields, then 'dg'.
+local function thread(out, load, known, f)
+  if load == '0' then return out end
+  f = f or redis.call('HMGET', meta, 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys', 'dg')
+  local dg = f[8]
+  f[8] = nil
+  if load == '1' then
+    f[7] = redis.call('GET', p .. 'sys') or f[7]
+  else
+    f[7] = false
+  end
+  out[#out + 1] = f
+  if known ~= '' and dg and f[3] and dg == f[3] .. ':' .. known then
+    out[#out + 1] = {}
+    out[#out + 1] = ''
+    out[#out + 1] = 'same'
+    return out
+  end
+  local hb = redis.call('GET', p .. 'hashes') or ''
+  if known ~= '' and redis.sha1hex(hb) == known then
+    out[#out + 1] = {}
+    out[#out + 1] = ''
+    out[#out + 1] = 'same'
+  else
+    out[#out + 1] = redis.call('LRANGE', p .. 'msgs', 0, -1)
+    out[#out + 1] = hb
+    out[#out + 1] = ''
   end
   return out
 end
+-- start keeps its arguments in locals of its own (a closure's upvalues
+-- cost each call a lookup apiece).
 local function start()
+  local run, exp, now, fp, ret, load, known = ARGV[1], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[7], ARGV[8], ARGV[9]
   local rk = p .. 'run:' .. run
   local ex = redis.call('HGET', rk, 'fp')
   if ex then
@@ -222,7 +269,7 @@ local function start()
     if ARGV[12] ~= '' and own[1] == ARGV[12] and own[2] == 'running' then
       local l = redis.call('HMGET', meta, 'l_run', 'l_tok')
       if l[1] == run and l[2] == own[3] then
-        return thread({'ok', own[3], '', own[4] or ''})
+        return thread({'ok', own[3], '', own[4] or ''}, load, known)
       end
     end
     local h = redis.call('HGETALL', rk)
@@ -230,13 +277,15 @@ local function start()
     for j = 1, #h, 2 do
       if h[j] ~= 'resp' and h[j] ~= 'up' then r[#r + 1] = h[j]; r[#r + 1] = h[j + 1] end
     end
-    return thread({'exists', r, redis.call('HGETALL', p .. 'intr')})
+    return thread({'exists', r, redis.call('HGETALL', p .. 'intr')}, load, known)
   end
-  local mf = {'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns'}
-  if ARGV[8] ~= '0' then
-    for _, f in ipairs(tf) do mf[#mf + 1] = f end
+  local m
+  if load ~= '0' then
+    m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns',
+      'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys', 'dg')
+  else
+    m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns')
   end
-  local m = redis.call('HMGET', meta, unpack(mf))
   local lostrun = ''
   if m[1] then
     if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
@@ -248,25 +297,30 @@ local function start()
   local prevlast = m[5] or ''
   local tok = string.format('%d', tonumber(m[6] or '0') + 1)
   local n = string.format('%d', tonumber(m[7] or '0') + 1)
-  redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', owner, 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
-  redis.call('HSET', rk, 'st', 'running', 'model', model, 'started', now, 'fp', fp, 'lown', owner, 'ltok', tok, 'lexp', exp, 'n', n, 'ev', 0, 'att', ARGV[12], 'plast', prevlast)
+  redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', ARGV[2], 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
+  -- A run's fields that scripts read stay fields of their own; the rest
+  -- is one packed field (record.go).
+  redis.call('HSET', rk, 'st', 'running', 'fp', fp, 'ltok', tok, 'n', n, 'att', ARGV[12], 'plast', prevlast, 's', ARGV[6])
   redis.call('ZADD', p .. 'runs', n, run)
   -- Starting a run changes none of the thread's own fields.
-  return thread({'ok', tok, lostrun, prevlast}, {m[8], m[9], m[10], m[11], m[12], m[13], m[14]})
+  if load == '0' then return {'ok', tok, lostrun, prevlast} end
+  return thread({'ok', tok, lostrun, prevlast}, load, known, {m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]})
 end
 if not KEYS[2] then return start() end
-local runids, active, thr = KEYS[2], KEYS[3], ARGV[10]
+local run, thr = ARGV[1], ARGV[10]
 local member = ARGV[11] .. '/' .. run
-local claimed = redis.call('HGET', runids, run)
-if claimed and claimed ~= thr then return {'taken'} end
-if not claimed then redis.call('HSET', runids, run, thr) end
-redis.call('ZADD', active, 'NX', exp, member)
+local claimed = false
+if redis.call('HSETNX', KEYS[2], run, thr) == 0 then
+  if redis.call('HGET', KEYS[2], run) ~= thr then return {'taken'} end
+  claimed = true
+end
+redis.call('ZADD', KEYS[3], 'NX', ARGV[3], member)
 local r = start()
 if r[1] == 'held' then
-  redis.call('ZREM', active, member)
-  if not claimed then redis.call('HDEL', runids, run) end
+  redis.call('ZREM', KEYS[3], member)
+  if not claimed then redis.call('HDEL', KEYS[2], run) end
 elseif r[1] == 'ok' and r[3] ~= '' then
-  redis.call('ZREM', active, ARGV[11] .. '/' .. r[3])
+  redis.call('ZREM', KEYS[3], ARGV[11] .. '/' .. r[3])
 end
 return r
 `)
@@ -274,7 +328,7 @@ return r
 // unstartScript takes back a run StartRun just created, when the run id
 // turned out to belong to another thread: the run, its lease and its count
 // go; the token sequence keeps growing. ARGV run, tok, prevlast.
-var unstartScript = redis.NewScript(prelude + `
+var unstartScript = redis.NewScript(luaBase + luaFenced + `
 local run = ARGV[1]
 if fenced(run, ARGV[2]) then return 0 end
 local rk = p .. 'run:' .. run
@@ -289,7 +343,7 @@ return 1
 
 // scripts are loaded into the server's cache at Open.
 var scripts = []*redis.Script{startScript, unstartScript, runIDScript, unclaimScript, saveScript, renewScript,
-	releaseScript, finishScript, appendScript, lostScript, followScript, cancelScript, listRunsScript, deleteScript}
+	releaseScript, finishScript, appendScript, lostScript, followScript, cancelScript, listRunsScript, deleteScript, unindexScript}
 
 // runIDScript claims a run id for a thread in the tenant's run index.
 // KEYS[1] tenant run index; ARGV run, thread. Returns 0 (another thread
@@ -311,21 +365,21 @@ return 1
 `)
 
 // saveScript: ARGV run, tok, now, keep, keephash, hashblob, hassys,
-// syssum, sys, conn, fmt, model, msgs… Returns {'fenced'} | {'conflict'} |
-// {'needsys'} | {'ok', updated}.
-var saveScript = redis.NewScript(prelude + `
+// syssum, sys, conn, fmt, model, digest, msgs… Returns {'fenced'} |
+// {'conflict'} | {'needsys'} | {'ok', updated}.
+var saveScript = redis.NewScript(luaBase + luaDropBlobs + luaTranscript + `
 local keep = tonumber(ARGV[4])
 local msgs = {}
-for j = 13, #ARGV do msgs[#msgs + 1] = ARGV[j] end
+for j = 14, #ARGV do msgs[#msgs + 1] = ARGV[j] end
 local function save()
   local mt = metaof()
-  if mt.run ~= ARGV[1] or mt.tok ~= ARGV[2] then return {'fenced'} end
+  if mt[1] ~= ARGV[1] or mt[2] ~= ARGV[2] then return {'fenced'} end
   local n = checktr(keep, ARGV[5])
   if not n or not staged(msgs) then return {'conflict'} end
   local sr = sysready(mt, ARGV[7], ARGV[8], ARGV[9])
   if sr then return {sr} end
   local set = {}
-  local updated = writetr(mt, n, keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], msgs, ARGV[3], set)
+  local updated = writetr(mt, n, keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], msgs, ARGV[3], ARGV[13], set)
   if #set > 0 then redis.call('HSET', meta, unpack(set)) end
   return {'ok', updated}
 end
@@ -337,7 +391,7 @@ return r
 
 // renewScript: ARGV run, tok, exp, hasPartial, partial, detached.
 // Returns {'fenced'} | {'ok', cancel}.
-var renewScript = redis.NewScript(prelude + `
+var renewScript = redis.NewScript(luaBase + luaFenced + `
 local run = ARGV[1]
 if fenced(run, ARGV[2]) then return {'fenced'} end
 local rk = p .. 'run:' .. run
@@ -350,7 +404,7 @@ return {'ok', redis.call('HGET', rk, 'cancel') or ''}
 `)
 
 // releaseScript: ARGV run, tok.
-var releaseScript = redis.NewScript(prelude + `
+var releaseScript = redis.NewScript(luaBase + luaFenced + `
 if fenced(ARGV[1], ARGV[2]) then return 0 end
 redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
 return 1
@@ -361,42 +415,41 @@ return 1
 // values Finish lists. Returns {'ok', updated} | {'fenced'} |
 // {'notfound'} | {'resumenotfound'} | {'illegal', status} | {'conflict'}.
 //
+// The run's fields that no script reads (reason, times, usage, error,
+// audit lists, session id) come packed as one value, record (record.go),
+// and are written as the field 'f'; usage and model come apart as well,
+// for the thread's sums and model.
+//
 // With the index keys (a single node) it also does what Finish otherwise
 // sends as commands of their own: on 'ok' it moves the thread up the
 // audit indexes (see queueIndex) and drops the sweeper entry; a run it
 // did not find leaves the sweeper too, and a refused finish leaves the
 // run to the sweeper, due now.
-var finishScript = redis.NewScript(prelude + `
-local i = 0
-local function nx() i = i + 1; return ARGV[i] end
-local thr, tenant, tt
-if KEYS[2] then thr, tenant, tt = nx(), nx(), nx() end
-local run, tok, now, status, reason = nx(), nx(), nx(), nx(), nx()
-local errf, err = nx(), nx()
-local uf, ui, uo, uc, ur = nx(), nx(), nx(), nx(), nx()
-local model, hs = nx(), nx()
-local pf, partial = nx(), nx()
-local respf, resp = nx(), nx()
-local upf, up = nx(), nx()
-local icf, ic = nx(), nx()
-local repf, rep = nx(), nx()
-local rstf, rst = nx(), nx()
-local sidf, sid = nx(), nx()
-local resumes, ret = nx(), nx()
-local trf, keep, keephash, hashblob, hassys, syssum, sys, conn, fmt, tmodel = nx(), tonumber(nx()), nx(), nx(), nx(), nx(), nx(), nx(), nx(), nx()
-local intr = {}
-for j = 1, tonumber(nx()) do intr[j] = {nx(), nx()} end
-local res = {}
-for j = 1, tonumber(nx()) do res[j] = nx() end
-local can = {}
-for j = 1, tonumber(nx()) do can[j] = nx() end
-local msgs = {}
-for j = i + 1, #ARGV do msgs[#msgs + 1] = ARGV[j] end
-
-local function finish()
+var finishScript = redis.NewScript(luaBase + luaEndlog + luaDropBlobs + luaTranscript + `
+-- ARGV past the index prefix (o: 3 with the index keys, else 0): o+1 run,
+-- tok, now, status, record, input, output, cached and reasoning tokens,
+-- model, o+11 partial flag and value, response flag and value, upstream
+-- flag and value, o+17 resumes, retention, o+19 transcript flag, keep,
+-- keep hash, hash blob, hassys, syssum, sys, conn, fmt, model, digest,
+-- o+30 the interrupts' count and pairs, the resolved ones' count and ids,
+-- the cancelled ones' count and ids, then the messages. finish keeps
+-- everything in locals of its own (a closure's upvalues cost each call a
+-- lookup apiece) and returns its reply, the messages and whether it
+-- created the thread.
+local function finish(o)
+  local run, tok, now, status, rec = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  local i = o + 30
+  local intr, res, can, msgs = {}, {}, {}, {}
+  for j = 1, tonumber(ARGV[i]) do intr[j] = {ARGV[i + 2 * j - 1], ARGV[i + 2 * j]} end
+  i = i + 1 + 2 * #intr
+  for j = 1, tonumber(ARGV[i]) do res[j] = ARGV[i + j] end
+  i = i + 1 + #res
+  for j = 1, tonumber(ARGV[i]) do can[j] = ARGV[i + j] end
+  i = i + 1 + #can
+  for j = i, #ARGV do msgs[#msgs + 1] = ARGV[j] end
   local rk = p .. 'run:' .. run
   local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n', 'ev', 'fol')
-  if not st[1] then return {'notfound'} end
+  if not st[1] then return {'notfound'}, msgs end
   -- A run swept as proxy_lost while its replica could not reach the
   -- store (its finish was spooled) is revived by that finish, as long as
   -- no lease was taken on the thread since its own: nothing newer was
@@ -405,105 +458,113 @@ local function finish()
   if st[1] ~= 'running' then
     if st[1] == 'failed' and st[3] == 'proxy_lost' and st[2] == tok then
       local lm = redis.call('HMGET', meta, 'l_run', 'l_seq')
-      if lm[1] or lm[2] ~= tok then return {'fenced'} end
+      if lm[1] or lm[2] ~= tok then return {'fenced'}, msgs end
       revived = true
     else
-      if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'} end
-      if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''} end
-      return {'illegal', st[1]}
+      if st[2] ~= tok or st[3] == 'proxy_lost' then return {'fenced'}, msgs end
+      if st[1] == status then return {'ok', redis.call('HGET', meta, 'updated') or ''}, msgs end
+      return {'illegal', st[1]}, msgs
     end
   end
   local mt = metaof()
-  if not revived and (mt.run ~= run or mt.tok ~= tok) then return {'fenced'} end
+  if not revived and (mt[1] ~= run or mt[2] ~= tok) then return {'fenced'}, msgs end
   local prk
+  local resumes = ARGV[o + 17]
   if resumes ~= '' then
     prk = p .. 'run:' .. resumes
     local pv = redis.call('HMGET', prk, 'st', 'rby')
-    if not pv[1] then return {'resumenotfound'} end
-    if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]} end
+    if not pv[1] then return {'resumenotfound'}, msgs end
+    if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]}, msgs end
   end
-  for _, b in ipairs({{respf, resp}, {upf, up}}) do
-    if b[1] == '2' and redis.call('EXISTS', p .. 'stage:' .. b[2]) == 0 then return {'conflict'} end
-  end
+  local respf, resp, upf, up = ARGV[o + 13], ARGV[o + 14], ARGV[o + 15], ARGV[o + 16]
+  if respf == '2' and redis.call('EXISTS', p .. 'stage:' .. resp) == 0 then return {'conflict'}, msgs end
+  if upf == '2' and redis.call('EXISTS', p .. 'stage:' .. up) == 0 then return {'conflict'}, msgs end
   -- Meta fields to set, in one HSET at the end (a field set twice takes
   -- its last value).
   local mset = {}
-  local updated = mt.updated or ''
+  local updated = mt[5] or ''
+  local trf, created = ARGV[o + 19], false
   if trf == '1' then
-    local n = checktr(keep, keephash)
-    if not n or not staged(msgs) then return {'conflict'} end
+    local n = checktr(tonumber(ARGV[o + 20]), ARGV[o + 21])
+    if not n or not staged(msgs) then return {'conflict'}, msgs end
+    local hassys, syssum, sys = ARGV[o + 23], ARGV[o + 24], ARGV[o + 25]
     local sr = sysready(mt, hassys, syssum, sys)
-    if sr then return {sr} end
-    updated = writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, tmodel, msgs, now, mset)
+    if sr then return {sr}, msgs end
+    updated = writetr(mt, n, tonumber(ARGV[o + 20]), ARGV[o + 22], hassys, syssum, sys, ARGV[o + 26], ARGV[o + 27], ARGV[o + 28], msgs, now, ARGV[o + 29], mset)
+    created = not mt[4]
   end
-  -- The run is running, so no finish has written its fields before.
-  local rset = {'st', status, 'reason', reason, 'fin', now}
-  local function put(f, v) rset[#rset + 1] = f; rset[#rset + 1] = v end
-  if errf == '1' then put('err', err) end
-  if uf == '1' then
-    put('ui', ui); put('uo', uo); put('uc', uc); put('ur', ur)
-    for _, u in ipairs({{'ui', ui}, {'uo', uo}, {'uc', uc}, {'ur', ur}}) do
-      if u[2] ~= '0' then redis.call('HINCRBY', meta, u[1], u[2]) end
-    end
-  end
-  if model ~= '' then put('model', model) end
-  if hs ~= '0' then put('hs', hs) end
-  if pf == '1' then put('partial', partial) end
   -- A body flagged '2' was staged (like a large message): it moves to a
   -- key of the run's own, and its field says so with '\0'.
-  local function body(f, flag, v)
-    if flag == '1' then
-      put(f, v)
-    elseif flag == '2' then
-      redis.call('RENAME', p .. 'stage:' .. v, rk .. ':' .. f)
-      redis.call('PERSIST', rk .. ':' .. f)
-      put(f, '\0')
+  if respf == '2' then
+    redis.call('RENAME', p .. 'stage:' .. resp, rk .. ':resp')
+    redis.call('PERSIST', rk .. ':resp')
+    resp = '\0'
+  end
+  -- The run is running (or revived), so no finish has written its fields
+  -- before; a revived run's sweep wrote a reason and a time of its own.
+  if respf == '0' then
+    redis.call('HSET', rk, 'st', status, 'f', rec)
+  else
+    redis.call('HSET', rk, 'st', status, 'f', rec, 'resp', resp)
+  end
+  if revived then redis.call('HDEL', rk, 'reason', 'fin') end
+  if ARGV[o + 11] == '1' then redis.call('HSET', rk, 'partial', ARGV[o + 12]) end
+  if upf == '2' then
+    redis.call('RENAME', p .. 'stage:' .. up, rk .. ':up')
+    redis.call('PERSIST', rk .. ':up')
+    redis.call('HSET', rk, 'up', '\0')
+  elseif upf == '1' then
+    redis.call('HSET', rk, 'up', up)
+  end
+  for j, f in ipairs({'ui', 'uo', 'uc', 'ur'}) do
+    local v = ARGV[o + 5 + j]
+    if v ~= '0' then redis.call('HINCRBY', meta, f, v) end
+  end
+  if #intr > 0 or #res > 0 or #can > 0 then
+    local ik = p .. 'intr'
+    for _, c in ipairs(intr) do
+      redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
     end
-  end
-  body('resp', respf, resp)
-  body('up', upf, up)
-  if icf == '1' then put('ic', ic) end
-  if repf == '1' then put('rep', rep) end
-  if rstf == '1' then put('rst', rst) end
-  if sidf == '1' then put('sid', sid) end
-  redis.call('HSET', rk, unpack(rset))
-  local ik = p .. 'intr'
-  for _, c in ipairs(intr) do
-    redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
-  end
-  for _, set in ipairs({{res, 'resolved'}, {can, 'cancelled'}}) do
-    for _, id in ipairs(set[1]) do
-      local v = redis.call('HGET', ik, id)
-      if v and string.sub(v, 1, 8) == 'pending\31' then
-        redis.call('HSET', ik, id, set[2] .. string.sub(v, 8))
+    for _, set in ipairs({{res, 'resolved'}, {can, 'cancelled'}}) do
+      for _, id in ipairs(set[1]) do
+        local v = redis.call('HGET', ik, id)
+        if v and string.sub(v, 1, 8) == 'pending\31' then
+          redis.call('HSET', ik, id, set[2] .. string.sub(v, 8))
+        end
       end
     end
   end
   if prk then redis.call('HSET', prk, 'rby', run) end
   redis.call('HDEL', meta, 'l_run', 'l_own', 'l_tok', 'l_exp')
+  local model = ARGV[o + 10]
   if model ~= '' then mset[#mset + 1] = 'model'; mset[#mset + 1] = model end
-  if mt.nruns == st[4] then mset[#mset + 1] = 'last'; mset[#mset + 1] = status end
+  if mt[6] == st[4] then mset[#mset + 1] = 'last'; mset[#mset + 1] = status end
   -- A thread that was ever written (created, now or before) records the
   -- finish's time.
-  if mt.created or trf == '1' then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
+  if mt[4] or trf == '1' then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
   if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
   -- The sweep ended a revived run's event log already.
-  if not revived then endlogof(run, ret, st[5], st[6]) end
-  return {'ok', updated}
+  if not revived then endlogof(run, ARGV[o + 18], st[5], st[6]) end
+  return {'ok', updated}, msgs, created
 end
-local r = finish()
-dropstages(msgs)
-for _, b in ipairs({{respf, resp}, {upf, up}, {hassys, sys}}) do
-  if b[1] == '2' then redis.call('DEL', p .. 'stage:' .. b[2]) end
-end
+local o = 0
+if KEYS[2] then o = 3 end
+local r, msgs, created = finish(o)
+if #msgs > 0 then dropstages(msgs) end
+-- What a write staged and did not use goes (a used stage was renamed).
+if ARGV[o + 13] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 14]) end
+if ARGV[o + 15] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 16]) end
+if ARGV[o + 23] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 25]) end
 -- needsys wrote nothing: the writer sends the finish again with the blob.
-if not KEYS[2] or r[1] == 'needsys' then return r end
-local member = tt .. '/' .. run
+if o == 0 or r[1] == 'needsys' then return r end
+local thr, tenant, tt, now = ARGV[1], ARGV[2], ARGV[3], ARGV[o + 3]
+local member = tt .. '/' .. ARGV[o + 1]
 if r[1] == 'ok' then
-  if trf == '1' then
+  if ARGV[o + 19] == '1' then
     redis.call('ZADD', KEYS[2], 'GT', now, thr)
     redis.call('ZADD', KEYS[3], 'GT', now, tt)
-    redis.call('SADD', KEYS[4], tenant)
+    -- A thread joins its tenant's set when it is created.
+    if created then redis.call('SADD', KEYS[4], tenant) end
   else
     redis.call('ZADD', KEYS[2], 'XX', 'GT', now, thr)
     redis.call('ZADD', KEYS[3], 'XX', 'GT', now, tt)
@@ -519,7 +580,7 @@ return r
 
 // appendScript: ARGV run, tok, first, retention, maxlen, events…
 // Returns {'ok'} | {'fenced'} | {'gap', n}.
-var appendScript = redis.NewScript(prelude + `
+var appendScript = redis.NewScript(luaBase + luaFenced + `
 local run = ARGV[1]
 if fenced(run, ARGV[2]) then return {'fenced'} end
 local rk = p .. 'run:' .. run
@@ -548,7 +609,7 @@ return {'ok'}
 
 // lostScript: ARGV run, now, retention. Returns {'gone'} | {'alive', exp} |
 // {'lost'}.
-var lostScript = redis.NewScript(prelude + `
+var lostScript = redis.NewScript(luaBase + luaLost + `
 local run, now = ARGV[1], tonumber(ARGV[2])
 if redis.call('HGET', p .. 'run:' .. run, 'st') ~= 'running' then return {'gone'} end
 local m = redis.call('HMGET', meta, 'l_run', 'l_exp')
@@ -567,7 +628,7 @@ return st
 `)
 
 // cancelScript: ARGV run. Returns 0 if the run does not exist.
-var cancelScript = redis.NewScript(prelude + `
+var cancelScript = redis.NewScript(luaBase + `
 local rk = p .. 'run:' .. ARGV[1]
 local st = redis.call('HGET', rk, 'st')
 if not st then return 0 end
@@ -577,7 +638,7 @@ return 1
 
 // listRunsScript returns {intr…, {id, fields…}…} without response or
 // upstream bodies.
-var listRunsScript = redis.NewScript(prelude + `
+var listRunsScript = redis.NewScript(luaBase + `
 if redis.call('EXISTS', meta) == 0 then return false end
 local out = {redis.call('HGETALL', p .. 'intr')}
 for _, id in ipairs(redis.call('ZRANGE', p .. 'runs', 0, -1)) do
@@ -591,8 +652,23 @@ end
 return out
 `)
 
+// unindexScript drops a deleted thread from the indexes on a single node,
+// in one step: KEYS tenant run index, sweeper index, tenant thread index,
+// thread index, tenant set; ARGV thread, tenant, the thread's runs…
+var unindexScript = redis.NewScript(`
+local thr, tenant = ARGV[1], ARGV[2]
+for j = 3, #ARGV do
+  if redis.call('HGET', KEYS[1], ARGV[j]) == thr then redis.call('HDEL', KEYS[1], ARGV[j]) end
+  redis.call('ZREM', KEYS[2], tenant .. '/' .. thr .. '/' .. ARGV[j])
+end
+redis.call('ZREM', KEYS[3], thr)
+redis.call('ZREM', KEYS[4], tenant .. '/' .. thr)
+if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', KEYS[5], tenant) end
+return 1
+`)
+
 // deleteScript removes every key of the thread and returns its run ids.
-var deleteScript = redis.NewScript(prelude + `
+var deleteScript = redis.NewScript(luaBase + luaDropBlobs + `
 local runs = redis.call('ZRANGE', p .. 'runs', 0, -1)
 for _, r in ipairs(runs) do
   redis.call('DEL', p .. 'run:' .. r, p .. 'ev:' .. r, p .. 'run:' .. r .. ':resp', p .. 'run:' .. r .. ':up')
