@@ -23,13 +23,22 @@ type Goal struct {
 
 // Goal limits.
 const (
-	passCPULimit   = 0.8 // chronicle-pass CPU per request over go-httputil's, replace
-	redisCPULimit  = 1.3 // chronicle-redis CPU per request over go-httputil's, replace
-	addedP50Limit  = 500 * time.Microsecond
-	addedP99Limit  = 2 * time.Millisecond
-	scalingLimit   = 1.5 // persistence CPU per request, long threads over short
-	streamKBLimit  = 64.0
-	holExcessLimit = 5 * time.Millisecond
+	passCPULimit  = 0.8 // chronicle-pass CPU per request over go-httputil's, replace
+	redisCPULimit = 1.3 // chronicle-redis CPU per request over go-httputil's, replace
+	// totalCPULimit: chronicle-redis and its redis-server together, per
+	// request, over go-httputil's, in each of totalWorkloads (issue 30).
+	totalCPULimit = 1.3
+	// storeTurnLimit: the Redis server's CPU per non-stream turn.
+	storeTurnLimit = 50e-6
+	// Embedded, default fsync setting: CPU per request over go-httputil's,
+	// and requests/s over chronicle-pass's, in chat and replace.
+	embeddedCPULimit  = 1.5
+	embeddedRateLimit = 0.5
+	addedP50Limit     = 500 * time.Microsecond
+	addedP99Limit     = 2 * time.Millisecond
+	scalingLimit      = 1.5 // persistence CPU per request, long threads over short
+	streamKBLimit     = 64.0
+	holExcessLimit    = 5 * time.Millisecond
 )
 
 func yesNo(ok bool) string {
@@ -60,6 +69,7 @@ func evaluateGoals(r *Report) []Goal {
 	}
 	cpuRatio("pass-through CPU", "chronicle-pass", passCPULimit)
 	cpuRatio("persisted CPU (Redis)", "chronicle-redis", redisCPULimit)
+	out = append(out, totalGoals(rows)...)
 
 	added := func(name, workload, at string) {
 		g := Goal{Name: name, Met: "-",
@@ -183,6 +193,55 @@ func evaluateGoals(r *Report) []Goal {
 		}
 	}
 	out = append(out, hol)
+	return out
+}
+
+// totalWorkloads are the workloads the whole cost per turn is judged in.
+var totalWorkloads = []string{"chat", "stream", "replace", "append"}
+
+// totalGoals judges what a persisted turn costs in all, the proxy and its
+// store server together (issue 30): chronicle-redis plus redis-server
+// against go-httputil in each of totalWorkloads, the Redis server's own
+// CPU per non-stream turn, and the embedded store (in-process) against
+// go-httputil's CPU and chronicle-pass's throughput.
+func totalGoals(rows map[string]*Row) []Goal {
+	var out []Goal
+	for _, w := range totalWorkloads {
+		g := Goal{Name: "total CPU, " + w + " (Redis)", Met: "-",
+			Target: fmt.Sprintf("chronicle-redis + redis-server CPU per request ≤ %.1f× go-httputil's (%s)", totalCPULimit, w)}
+		c, h := rows[w+"/chronicle-redis"], rows[w+"/go-httputil"]
+		if c != nil && h != nil && h.CPUPer1k > 0 && c.CPUPer1k > 0 && c.StoreCPU1k > 0 {
+			total := c.CPUPer1k + c.StoreCPU1k
+			g.Measured = fmt.Sprintf("%.2f× (%s + %s against %s s per 1,000)", total/h.CPUPer1k, fmtCPU(c.CPUPer1k), fmtCPU(c.StoreCPU1k), fmtCPU(h.CPUPer1k))
+			g.Met = yesNo(total/h.CPUPer1k <= totalCPULimit)
+		}
+		out = append(out, g)
+	}
+	turn := Goal{Name: "Redis server CPU per turn", Met: "-",
+		Target: fmt.Sprintf("≤ %.0f µs per non-stream turn (chat, replace, append)", storeTurnLimit*1e6)}
+	var worst float64
+	var worstAt string
+	for _, w := range []string{"chat", "replace", "append"} {
+		if c := rows[w+"/chronicle-redis"]; c != nil && c.StoreCPU1k > 0 && c.StoreCPU1k/1000 > worst {
+			worst, worstAt = c.StoreCPU1k/1000, w
+		}
+	}
+	if worstAt != "" {
+		turn.Measured = fmt.Sprintf("%.0f µs (%s), %.0f turns/s per Redis core", worst*1e6, worstAt, 1/worst)
+		turn.Met = yesNo(worst <= storeTurnLimit)
+	}
+	out = append(out, turn)
+	for _, w := range []string{"chat", "replace"} {
+		g := Goal{Name: "embedded, " + w, Met: "-",
+			Target: fmt.Sprintf("CPU per request ≤ %.1f× go-httputil's and requests/s ≥ %.0f%% of chronicle-pass's (%s)", embeddedCPULimit, embeddedRateLimit*100, w)}
+		e, h, ps := rows[w+"/chronicle-embedded"], rows[w+"/go-httputil"], rows[w+"/chronicle-pass"]
+		if e != nil && h != nil && ps != nil && h.CPUPer1k > 0 && e.CPUPer1k > 0 && ps.RPS > 0 {
+			cpu, rate := e.CPUPer1k/h.CPUPer1k, e.RPS/ps.RPS
+			g.Measured = fmt.Sprintf("%.2f× CPU, %.0f%% of the requests/s (%.0f against %.0f)", cpu, rate*100, e.RPS, ps.RPS)
+			g.Met = yesNo(cpu <= embeddedCPULimit && rate >= embeddedRateLimit)
+		}
+		out = append(out, g)
+	}
 	return out
 }
 

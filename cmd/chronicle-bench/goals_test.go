@@ -75,6 +75,15 @@ func TestEvaluateGoals(t *testing.T) {
 		{"head-of-line met", nil, "head-of-line", "yes", "+4.00ms (chronicle-embedded gap)"},
 		{"head-of-line over", func(r *Report) { r.HOL[2].WithTTFE99 = int64(26 * time.Millisecond) }, "head-of-line", "no", "+6.00ms (chronicle-redis first event)"},
 		{"no direct", func(r *Report) { r.HOL = r.HOL[1:] }, "head-of-line", "-", ""},
+		// chat: (0.100 + 0.025) / 0.100
+		{"total met", withChat, "total CPU, chat (Redis)", "yes", "1.25× (0.100 + 0.025 against 0.100"},
+		{"total over", func(r *Report) { withChat(r); r.Rows[len(r.Rows)-3].StoreCPU1k = 0.040 }, "total CPU, chat (Redis)", "no", "1.40×"},
+		{"total without the store's CPU", func(r *Report) { withChat(r); r.Rows[len(r.Rows)-3].StoreCPU1k = 0 }, "total CPU, chat (Redis)", "-", ""},
+		{"store turn met", withChat, "Redis server CPU per turn", "yes", "25 µs (chat), 40000 turns/s per Redis core"},
+		{"store turn over", func(r *Report) { withChat(r); r.Rows[len(r.Rows)-3].StoreCPU1k = 0.060 }, "Redis server CPU per turn", "no", "60 µs (chat)"},
+		{"embedded met", withChat, "embedded, chat", "yes", "1.40× CPU, 60% of the requests/s"},
+		{"embedded slow", func(r *Report) { withChat(r); r.Rows[len(r.Rows)-1].RPS = 400 }, "embedded, chat", "no", "40% of the requests/s"},
+		{"embedded not run", nil, "embedded, chat", "-", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := goalReport()
@@ -92,6 +101,17 @@ func TestEvaluateGoals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withChat adds a chat workload: go-httputil, chronicle-redis with its
+// server's CPU, chronicle-pass, chronicle-embedded (the last three rows, in
+// that order).
+func withChat(r *Report) {
+	r.Rows = append(r.Rows,
+		&Row{Workload: "chat", Target: "go-httputil", CPUPer1k: 0.100, RPS: 1200},
+		&Row{Workload: "chat", Target: "chronicle-redis", CPUPer1k: 0.100, StoreCPU1k: 0.025, RPS: 900},
+		&Row{Workload: "chat", Target: "chronicle-pass", CPUPer1k: 0.050, RPS: 1000},
+		&Row{Workload: "chat", Target: "chronicle-embedded", CPUPer1k: 0.140, RPS: 600})
 }
 
 func TestPrintGoals(t *testing.T) {
@@ -172,5 +192,23 @@ func TestBusyShare(t *testing.T) {
 		if got := busyShare(tc.b0, tc.t0, tc.b1, tc.t1); got != tc.want {
 			t.Errorf("busyShare(%d,%d,%d,%d) = %v, want %v", tc.b0, tc.t0, tc.b1, tc.t1, got, tc.want)
 		}
+	}
+}
+
+// The total table adds the store server's CPU to the proxy's and turns it
+// into a cost per turn and the turns one store core carries.
+func TestTotalRows(t *testing.T) {
+	r := goalReport()
+	withChat(r)
+	_, rows := totalRows(r.Rows)
+	var chat []string
+	for _, row := range rows {
+		if row[0] == "chat" && row[1] == "chronicle-redis" {
+			chat = row
+		}
+	}
+	want := []string{"chat", "chronicle-redis", "0.100", "0.025", "0.125", "0.100", "1.25×", "25", "40000"}
+	if strings.Join(chat, "|") != strings.Join(want, "|") {
+		t.Fatalf("chat row %q, want %q (all: %q)", chat, want, rows)
 	}
 }

@@ -97,6 +97,40 @@ func scalingRows(rows []*Row, shortW, longW string) (headers []string, out [][]s
 	return headers, out
 }
 
+// totalRows sets each persisted target's whole cost per request beside
+// go-httputil's in the same workload: its own CPU and the store server's
+// (the Redis target's redis-server; the embedded store is in-process), the
+// store's CPU per turn and the turns one store core would carry at that
+// cost.
+func totalRows(rows []*Row) (headers []string, out [][]string) {
+	headers = []string{"workload", "target", "proxy s/1k", "store s/1k", "total s/1k", "httputil s/1k", "total ×", "store µs/turn", "turns/s per store core"}
+	base := map[string]*Row{}
+	for _, r := range rows {
+		if r.Target == "go-httputil" {
+			base[r.Workload] = r
+		}
+	}
+	for _, r := range rows {
+		if r.Target != "chronicle-redis" && r.Target != "chronicle-embedded" {
+			continue
+		}
+		h := base[r.Workload]
+		if h == nil || h.CPUPer1k <= 0 || r.CPUPer1k <= 0 {
+			continue
+		}
+		store, perTurn, perCore := "-", "-", "-"
+		if r.StoreCPU1k > 0 {
+			store = fmtCPU(r.StoreCPU1k)
+			perTurn = strconv.FormatFloat(r.StoreCPU1k*1000, 'f', 0, 64)
+			perCore = strconv.FormatFloat(1000/r.StoreCPU1k, 'f', 0, 64)
+		}
+		total := r.CPUPer1k + r.StoreCPU1k
+		out = append(out, []string{r.Workload, r.Target, fmtCPU(r.CPUPer1k), store, fmtCPU(total), fmtCPU(h.CPUPer1k),
+			strconv.FormatFloat(total/h.CPUPer1k, 'f', 2, 64) + "×", perTurn, perCore})
+	}
+	return headers, out
+}
+
 func printReport(w io.Writer, r *Report) {
 	s := r.Settings
 	fmt.Fprintf(w, "chronicle-bench: %d CPUs, concurrency %d, %s per phase, open loop %.0f/s, thread %d/%d messages, %d chunks (%s apart in stream), pin=%v\n\n",
@@ -107,6 +141,10 @@ func printReport(w io.Writer, r *Report) {
 		for _, e := range row.ErrorSamples {
 			fmt.Fprintf(w, "  error %s/%s: %s\n", row.Workload, row.Target, e)
 		}
+	}
+	if h, rows := totalRows(r.Rows); len(rows) > 0 {
+		fmt.Fprintln(w, "\ntotal CPU per request: the proxy and its store server together, against go-httputil")
+		renderTable(w, h, rows, 2)
 	}
 	if h, rows := scalingRows(r.Rows, "replace", "replace-long"); len(rows) > 0 {
 		fmt.Fprintf(w, "\nthread-length scaling (%d vs %d messages, replace mode, closed loop)\n", s.ThreadLen, s.ThreadLenBig)
