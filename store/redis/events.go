@@ -13,8 +13,8 @@ import (
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
-// AppendEvents appends a batch with XADD ids "<seq>-0" in one script, so a
-// retried batch skips what is stored.
+// AppendEvents appends a batch as one stream entry (appendScript), id
+// "<last seq>-0", in one script, so a retried batch skips what is stored.
 func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, events [][]byte) error {
 	if first < 1 {
 		return fmt.Errorf("%w: first event %d", store.ErrInvalid, first)
@@ -40,12 +40,49 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 
 // queueAppend queues the append script for events first, first+1, … in b.
 func (s *Store) queueAppend(b *batch, l store.Lease, first int64, events [][]byte) *redis.Cmd {
-	args := make([]any, 0, 5+len(events))
-	args = append(args, l.RunID, l.Token, first, s.opts.EventRetention.Milliseconds(), s.opts.MaxEvents)
+	return b.script(appendScript, []string{s.meta(l.Key)}, l.RunID, l.Token, first, s.opts.EventRetention.Milliseconds(), s.opts.MaxEvents,
+		len(events), eventsBatch(events))
+}
+
+// eventsBatch packs events as one value: "<length>:<event>" for each.
+func eventsBatch(events [][]byte) []byte {
+	n := 0
 	for _, e := range events {
-		args = append(args, e)
+		n += len(e) + 8
 	}
-	return b.script(appendScript, []string{s.meta(l.Key)}, args...)
+	b := make([]byte, 0, n)
+	for _, e := range events {
+		b = strconv.AppendInt(b, int64(len(e)), 10)
+		b = append(b, ':')
+		b = append(b, e...)
+	}
+	return b
+}
+
+// eachEvent calls fn for each event of a packed batch whose last event is
+// last, in order, with its sequence number; it stops at a malformed entry
+// or at fn's first error.
+func eachEvent(batch string, last int64, fn func(seq int64, data string) error) error {
+	var events []string
+	for len(batch) > 0 {
+		c := strings.IndexByte(batch, ':')
+		if c < 1 {
+			break
+		}
+		n, err := strconv.Atoi(batch[:c])
+		if err != nil || n < 0 || n > len(batch)-c-1 {
+			break
+		}
+		events = append(events, batch[c+1:c+1+n])
+		batch = batch[c+1+n:]
+	}
+	first := last - int64(len(events)) + 1
+	for i, e := range events {
+		if err := fn(first+int64(i), e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // followBlock bounds one blocking XREAD, so a cancelled context is noticed.
@@ -88,8 +125,21 @@ func (s *Store) FollowEvents(ctx context.Context, k store.Key, id string, after 
 				if sub != "0" {
 					return nil // the end marker
 				}
-				data, _ := m.Values["d"].(string)
 				q, _ := strconv.ParseInt(seq, 10, 64)
+				if batch, ok := m.Values["b"].(string); ok {
+					// A batch; the first read may start inside it.
+					err := eachEvent(batch, q, func(seq int64, data string) error {
+						if seq <= after {
+							return nil
+						}
+						return fn(store.Event{Seq: seq, Data: []byte(data)})
+					})
+					if err != nil {
+						return err
+					}
+					continue
+				}
+				data, _ := m.Values["d"].(string) // a log written before batches
 				if err := fn(store.Event{Seq: q, Data: []byte(data)}); err != nil {
 					return err
 				}

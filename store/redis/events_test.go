@@ -86,3 +86,45 @@ func TestRunWithoutEventsHasNoLog(t *testing.T) {
 		t.Fatalf("a streamed run's log has %d entries, want its event and end marker", n)
 	}
 }
+
+// A packed batch reads back as its events, numbered up to its last; a
+// malformed tail ends it.
+func TestEventsBatch(t *testing.T) {
+	events := [][]byte{[]byte("data: a\n\n"), {}, []byte("1:2:3"), []byte("x")}
+	var got []string
+	err := eachEvent(string(eventsBatch(events)), 10, func(seq int64, data string) error {
+		got = append(got, string(rune('0'+seq-6))+"="+data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"1=data: a\n\n", "2=", "3=1:2:3", "4=x"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	for _, bad := range []string{"5:ab", "x:ab", ":a", "-1:a"} {
+		n := 0
+		_ = eachEvent("1:a"+bad, 3, func(int64, string) error { n++; return nil })
+		if n != 1 {
+			t.Errorf("%q: %d events, want 1", "1:a"+bad, n)
+		}
+	}
+}
+
+func FuzzEachEvent(f *testing.F) {
+	f.Add(string(eventsBatch([][]byte{[]byte("a"), []byte("bc")})), int64(5))
+	f.Add("3:abc0:", int64(1))
+	f.Fuzz(func(t *testing.T, batch string, last int64) {
+		total := 0
+		_ = eachEvent(batch, last, func(seq int64, data string) error {
+			if seq > last {
+				t.Fatalf("event %d past the batch's last %d", seq, last)
+			}
+			total += len(data)
+			return nil
+		})
+		if total > len(batch) {
+			t.Fatalf("read %d bytes of a %d-byte batch", total, len(batch))
+		}
+	})
+}

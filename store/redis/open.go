@@ -64,7 +64,9 @@ type Options struct {
 	// EventRetention is how long a run's event log outlives its last
 	// write (default 24h).
 	EventRetention time.Duration
-	// MaxEvents trims each event log to its newest MaxEvents (0: none).
+	// MaxEvents trims each event log by sequence, keeping at least its
+	// newest MaxEvents events (a batch across the limit stays whole; 0:
+	// none).
 	MaxEvents int64
 	// Now is the clock for leases and timestamps (default time.Now).
 	// Replicas' clocks are compared through lease expiries, so keep them

@@ -578,8 +578,16 @@ end
 return r
 `)
 
-// appendScript: ARGV run, tok, first, retention, maxlen, events…
-// Returns {'ok'} | {'fenced'} | {'gap', n}.
+// appendScript: ARGV run, tok, first, retention, maxlen, count, batch
+// (the events packed as "<length>:<event>…", eventsBatch). Returns {'ok'}
+// | {'fenced'} | {'gap', n}.
+//
+// A batch is one stream entry, id "<last seq>-0", field 'b': an entry per
+// event cost the server an XADD (and its call) each, most of a streamed
+// turn's cost. Events already stored (a batch sent again) are skipped;
+// logs written before hold an entry per event (field 'd'). maxlen trims
+// by sequence (MINID), so a log keeps at least its newest maxlen events:
+// a batch that straddles the limit is kept whole.
 var appendScript = redis.NewScript(luaBase + luaFenced + `
 local run = ARGV[1]
 if fenced(run, ARGV[2]) then return {'fenced'} end
@@ -587,22 +595,27 @@ local rk = p .. 'run:' .. run
 local st = redis.call('HMGET', rk, 'st', 'ev')
 if st[1] ~= 'running' then return {'fenced'} end
 local n = tonumber(st[2] or '0')
-local first = tonumber(ARGV[3])
+local first, count, batch = tonumber(ARGV[3]), tonumber(ARGV[6]), ARGV[7]
 if first > n + 1 then return {'gap', tostring(n)} end
-local ek = p .. 'ev:' .. run
-local maxlen = tonumber(ARGV[5])
-for j = 6, #ARGV do
-  local seq = first + j - 6
-  if seq > n then
-    if maxlen > 0 then
-      redis.call('XADD', ek, 'MAXLEN', maxlen, string.format('%d-0', seq), 'd', ARGV[j])
-    else
-      redis.call('XADD', ek, string.format('%d-0', seq), 'd', ARGV[j])
-    end
-    n = seq
+local last = first + count - 1
+if last <= n then return {'ok'} end
+if first <= n then
+  local pos = 1
+  for _ = first, n do
+    local c = string.find(batch, ':', pos, true)
+    pos = c + 1 + tonumber(string.sub(batch, pos, c - 1))
   end
+  batch = string.sub(batch, pos)
 end
-redis.call('HSET', rk, 'ev', n)
+local ek = p .. 'ev:' .. run
+local id = string.format('%d-0', last)
+local maxlen = tonumber(ARGV[5])
+if maxlen > 0 and last > maxlen then
+  redis.call('XADD', ek, 'MINID', string.format('%d', last - maxlen + 1), id, 'b', batch)
+else
+  redis.call('XADD', ek, id, 'b', batch)
+end
+redis.call('HSET', rk, 'ev', string.format('%d', last))
 redis.call('PEXPIRE', ek, ARGV[4])
 return {'ok'}
 `)

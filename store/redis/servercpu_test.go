@@ -50,7 +50,9 @@ func serverStats(b *testing.B, cl *redis.Client) (cpu float64, calls int64) {
 // reported per turn. Chat: start with the thread (known digest), finish
 // with the same transcript, usage and the response. Stream: start, the pending turn's
 // save, 20 event batches of one event each (a stream whose events come a
-// batch window apart), finish.
+// batch window apart), finish. StreamTail: a stream shorter than the
+// batch window (the proxy's 50 ms), whose 20 events all go with the
+// finish: start, the pending turn's save, finish.
 func BenchmarkServerCPU(b *testing.B) {
 	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("x", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
 	event := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
@@ -59,10 +61,11 @@ func BenchmarkServerCPU(b *testing.B) {
 		name   string
 		length int
 		stream bool
-	}{{"Chat", 21, false}, {"Chat201", 201, false}, {"Stream", 21, true}} {
+		tail   bool
+	}{{"Chat", 21, false, false}, {"Chat201", 201, false, false}, {"Stream", 21, true, false}, {"StreamTail", 21, true, true}} {
 		msgs, hashes := storetest.Msgs(0, tc.length)
 		digest := store.Digest(hashes)
-		stream, n := tc.stream, tc.length
+		stream, tail, n := tc.stream, tc.tail, tc.length
 		if tc.name == "Chat" {
 			b.Run("Growing", func(b *testing.B) { benchGrowingTurns(b, resp, sess) })
 		}
@@ -91,9 +94,16 @@ func BenchmarkServerCPU(b *testing.B) {
 						return err
 					}
 					for i := range 20 {
+						if tail {
+							f.Events = append(f.Events, event)
+							continue
+						}
 						if err := s.AppendEvents(ctx, st.Lease, int64(i+1), [][]byte{event}); err != nil {
 							return err
 						}
+					}
+					if tail {
+						f.EventsFrom = 1
 					}
 					stored = hashes[:n-1]
 				} else {
