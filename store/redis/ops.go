@@ -736,22 +736,33 @@ func parseRun(k store.Key, id string, h map[string]string) store.Run {
 	if rec, ok := h["s"]; ok {
 		applyStartRecord(&r, rec)
 	}
-	for f, set := range map[string]func(v string){
-		"model":   func(v string) { r.Model = v },
-		"started": func(v string) { r.StartedAt = fromMS(v) },
-		"lown":    func(v string) { r.LeaseOwner = v },
-		"lexp":    func(v string) { r.LeaseExpires = fromMS(v) },
-		"reason":  func(v string) { r.Reason = v },
-		"fin":     func(v string) { r.FinishedAt = fromMS(v) },
-		"err":     func(v string) { r.Error = []byte(v) },
-		"ic":      func(v string) { r.InterruptedCalls = []byte(v) },
-		"rep":     func(v string) { r.Repairs = []byte(v) },
-		"rst":     func(v string) { r.Restored = []byte(v) },
-		"hs":      func(v string) { n, _ := strconv.Atoi(v); r.AnswerStatus = n },
-		"sid":     func(v string) { sid := v; r.SessionID = &sid },
-	} {
-		if v, ok := h[f]; ok {
-			set(v)
+	for f, v := range h {
+		switch f {
+		case "model":
+			r.Model = v
+		case "started":
+			r.StartedAt = fromMS(v)
+		case "lown":
+			r.LeaseOwner = v
+		case "lexp":
+			r.LeaseExpires = fromMS(v)
+		case "reason":
+			r.Reason = v
+		case "fin":
+			r.FinishedAt = fromMS(v)
+		case "err":
+			r.Error = []byte(v)
+		case "ic":
+			r.InterruptedCalls = []byte(v)
+		case "rep":
+			r.Repairs = []byte(v)
+		case "rst":
+			r.Restored = []byte(v)
+		case "hs":
+			r.AnswerStatus, _ = strconv.Atoi(v)
+		case "sid":
+			sid := v
+			r.SessionID = &sid
 		}
 	}
 	if _, ok := h["ui"]; ok {

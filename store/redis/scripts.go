@@ -19,15 +19,13 @@ local function fenced(run, tok)
 end
 `
 
-// luaLost fails a run whose lease expired (the sweeper and a start that
-// finds the lease expired).
-const luaLost = `
--- endlog ends a run's event log with the marker "<n>-1" (field e) that
--- followers stop at. A run without events has no log: it gets one only
--- when a follower asked for it (the run field 'fol', set by
--- followScript before the follower blocks on the log), so a turn that was
--- not streamed creates no stream key.
--- endlogof is endlog given the run's fields ev and fol, read already.
+// luaEndlog ends a run's event log (the finish, and luaLost).
+const luaEndlog = `
+-- endlogof ends a run's event log with the marker "<n>-1" (field e) that
+-- followers stop at, given the run's fields ev and fol. A run without
+-- events has no log: it gets one only when a follower asked for it (the
+-- run field 'fol', set by followScript before the follower blocks on the
+-- log), so a turn that was not streamed creates no stream key.
 local function endlogof(run, ret, ev, fol)
   local n = ev or '0'
   if n == '0' and not fol then return end
@@ -35,6 +33,11 @@ local function endlogof(run, ret, ev, fol)
   redis.call('XADD', ek, n .. '-1', 'e', '1')
   redis.call('PEXPIRE', ek, ret)
 end
+`
+
+// luaLost fails a run whose lease expired (the sweeper and a start that
+// finds the lease expired); it needs luaEndlog.
+const luaLost = `
 local function lost(run, now, ret)
   local rk = p .. 'run:' .. run
   local m = redis.call('HMGET', meta, 'l_run', 'nruns')
@@ -45,17 +48,6 @@ local function lost(run, now, ret)
   if st[2] == m[2] then redis.call('HSET', meta, 'last', 'failed') end
   endlogof(run, ret, st[3], st[4])
   return true
-end
-`
-
-// luaEndlog is luaLost's endlogof alone (the finish).
-const luaEndlog = `
-local function endlogof(run, ret, ev, fol)
-  local n = ev or '0'
-  if n == '0' and not fol then return end
-  local ek = p .. 'ev:' .. run
-  redis.call('XADD', ek, n .. '-1', 'e', '1')
-  redis.call('PEXPIRE', ek, ret)
 end
 `
 
@@ -224,7 +216,7 @@ end
 // (nothing written), and a start refused as held undoes both. Without
 // them (a cluster, where those keys live on other slots) StartRun sends
 // the claim and the sweeper entry as commands of their own.
-var startScript = redis.NewScript(luaBase + luaLost + `
+var startScript = redis.NewScript(luaBase + luaEndlog + luaLost + `
 -- thread adds the thread to a reply when it is to be loaded (load is not
 -- '0'); f is its meta fields when the caller read them already (start
 -- reads them with the lease's): threadFields, then 'dg'.
@@ -622,7 +614,7 @@ return {'ok'}
 
 // lostScript: ARGV run, now, retention. Returns {'gone'} | {'alive', exp} |
 // {'lost'}.
-var lostScript = redis.NewScript(luaBase + luaLost + `
+var lostScript = redis.NewScript(luaBase + luaEndlog + luaLost + `
 local run, now = ARGV[1], tonumber(ARGV[2])
 if redis.call('HGET', p .. 'run:' .. run, 'st') ~= 'running' then return {'gone'} end
 local m = redis.call('HMGET', meta, 'l_run', 'l_exp')
