@@ -31,7 +31,8 @@ func openStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
 		}
 		return st, nil
 	default:
-		st, err := embedded.Open(cfg.Store.Path, embedded.Options{EventRetention: cfg.Store.EventRetention.D()})
+		st, err := embedded.Open(cfg.Store.Path, embedded.Options{EventRetention: cfg.Store.EventRetention.D(),
+			Fsync: embedded.Fsync(cfg.Store.Fsync), FsyncInterval: cfg.Store.FsyncInterval.D()})
 		if err != nil {
 			return nil, fmt.Errorf("store.path: cannot open the embedded store in %q: %w", cfg.Store.Path, err)
 		}

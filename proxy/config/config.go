@@ -100,8 +100,14 @@ type Config struct {
 
 // Store selects and configures the storage backend.
 type Store struct {
-	Driver         string   `yaml:"driver"`          // embedded | redis
-	Path           string   `yaml:"path"`            // embedded: directory holding the database file
+	Driver string `yaml:"driver"` // embedded | redis
+	Path   string `yaml:"path"`   // embedded: directory holding the key space (kv/) and blobs/
+	// Fsync is when the embedded store's acknowledged writes reach the
+	// disk: "interval" (default) acknowledges once the write-ahead log
+	// holds them in the operating system and syncs it every
+	// FsyncInterval; "always" syncs before acknowledging (group commit).
+	Fsync          string   `yaml:"fsync"`
+	FsyncInterval  Duration `yaml:"fsync_interval"`  // interval: how often the log is synced (default 1s)
 	URL            Secret   `yaml:"url"`             // redis: URL (may carry a password, hence Secret)
 	EventRetention Duration `yaml:"event_retention"` // how long a finished run's event log is kept
 	// EventBatchWindow is how long a stream's events gather before one
@@ -376,6 +382,12 @@ func (c *Config) applyDefaults() {
 	if c.Store.EventRetention == 0 {
 		c.Store.EventRetention = Duration(24 * time.Hour)
 	}
+	if c.Store.Fsync == "" {
+		c.Store.Fsync = "interval"
+	}
+	if c.Store.FsyncInterval == 0 {
+		c.Store.FsyncInterval = Duration(time.Second)
+	}
 	if c.Store.EventBatchWindow == 0 {
 		c.Store.EventBatchWindow = Duration(50 * time.Millisecond)
 	}
@@ -511,6 +523,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.EventRetention < 0 {
 		bad("store.event_retention", "must not be negative")
+	}
+	if f := c.Store.Fsync; f != "always" && f != "interval" {
+		bad("store.fsync", "want always or interval, got %q", f)
+	}
+	if d := c.Store.FsyncInterval.D(); d < time.Millisecond || d > time.Minute {
+		bad("store.fsync_interval", "must be between 1ms and 1m, got %v", d)
 	}
 	if w := c.Store.EventBatchWindow.D(); w < time.Millisecond || w > time.Second {
 		bad("store.event_batch_window", "must be between 1ms and 1s, got %v", w)

@@ -82,6 +82,8 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"negative body", "limits: {max_body_bytes: -1}", []string{"limits.max_body_bytes: must not be negative"}},
 		{"small upstream head", "limits: {max_upstream_header_bytes: 512}", []string{"limits.max_upstream_header_bytes: must be at least 1024, got 512"}},
 		{"event window too long", "store: {event_batch_window: 2s}", []string{"store.event_batch_window: must be between 1ms and 1s"}},
+		{"fsync unknown", "store: {fsync: sometimes}", []string{`store.fsync: want always or interval, got "sometimes"`}},
+		{"fsync interval too long", "store: {fsync_interval: 2m}", []string{"store.fsync_interval: must be between 1ms and 1m"}},
 		{"reserved name", "connections: [{name: api, provider: openai, base_url: 'http://x'}]", []string{`.name: "api" is reserved`}},
 		{"duplicate name", "connections: [{name: a, provider: openai, base_url: 'http://x'}, {name: a, provider: openai, base_url: 'http://y'}]", []string{"same name as connections[0]"}},
 		{"bad provider", "connections: [{name: a, provider: claude, base_url: 'http://x'}]", []string{"connections[0] (a).provider: want openai"}},

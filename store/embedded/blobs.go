@@ -9,12 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
-// Large values live in files of their own, beside the bbolt file, so that
+// Large values live in files of their own, beside the key space, so that
 // the single writer never copies, writes or syncs them: a 10 MB message in
 // the transaction held every other write of the group commit (small
 // streams' run records among them) behind its pwrite and fdatasync.
@@ -154,7 +152,7 @@ func (w *blobWrite) begin() {
 }
 
 // use registers the file a stored value refers to, if it does, for thread.
-func (w *blobWrite) use(tx *bolt.Tx, v, thread []byte) error {
+func (w *blobWrite) use(tx *Tx, v, thread []byte) error {
 	if !isRef(v) {
 		return nil
 	}
@@ -169,7 +167,7 @@ func (w *blobWrite) use(tx *bolt.Tx, v, thread []byte) error {
 
 // drop unregisters the file a value about to be deleted or overwritten
 // refers to; the file is removed once the transaction has committed.
-func (w *blobWrite) drop(tx *bolt.Tx, v []byte) error {
+func (w *blobWrite) drop(tx *Tx, v []byte) error {
 	if !isRef(v) {
 		return nil
 	}
@@ -195,7 +193,7 @@ func (w *blobWrite) end(err error) {
 
 // dropAll unregisters every file the values of b refer to, skipping the
 // first skip bytes of each value (a message's hash).
-func (w *blobWrite) dropAll(tx *bolt.Tx, b *bolt.Bucket, skip int) error {
+func (w *blobWrite) dropAll(tx *Tx, b *Bucket, skip int) error {
 	if b == nil {
 		return nil
 	}
@@ -255,7 +253,7 @@ func (s *Store) sweepBlobs() error {
 		return err
 	}
 	removed := false
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *Tx) error {
 		reg := tx.Bucket(bBlob)
 		for _, e := range entries {
 			if reg.Get([]byte(e.Name())) != nil {

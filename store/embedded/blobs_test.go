@@ -5,14 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/chronicle-proxy/chronicle/store/storetest"
@@ -49,18 +48,36 @@ func blobFiles(t *testing.T, dir string) []string {
 	return names
 }
 
+// dirBytes is the size of the files in dir.
+func dirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		n += fi.Size()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // registered counts the blob bucket's names.
 func registered(t *testing.T, s *Store) int {
 	t.Helper()
 	n := 0
-	if err := s.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bBlob).Stats().KeyN; return nil }); err != nil {
+	if err := s.view(func(tx *Tx) error { n = tx.Bucket(bBlob).KeyN(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
 // TestLargeValuesLiveInFiles: a message or body of blobMin bytes or more
-// never enters the bbolt file (the single writer would copy and sync it
+// never enters the key space (the single writer would copy and sync it
 // while every other write waits); it is a file of its own, and no file
 // outlives its value: not after a refused write, a retried one, a rewrite,
 // a delete, or a crash between writing a file and committing it.
@@ -116,8 +133,8 @@ func TestLargeValuesLiveInFiles(t *testing.T) {
 	}
 	want("first turn", 2)
 	load("first turn", small[0], big1, big2)
-	if fi, err := os.Stat(filepath.Join(dir, "chronicle.db")); err != nil || fi.Size() >= 1<<20 {
-		t.Fatalf("chronicle.db holds %d bytes after 3 MB of messages (%v)", fi.Size(), err)
+	if n := dirBytes(t, filepath.Join(dir, kvDir)); n >= 1<<20 {
+		t.Fatalf("the key space holds %d bytes after 3 MB of messages", n)
 	}
 
 	// A retried finish stages its files again and keeps none of them.
@@ -201,7 +218,7 @@ func TestReadAfterFileRemoved(t *testing.T) {
 	finish("r1", big, bigH)
 
 	var snapshot store.Thread
-	if err := s.view(func(tx *bolt.Tx) error {
+	if err := s.view(func(tx *Tx) error {
 		var err error
 		snapshot, _, err = readThread(tx, k, nil, true)
 		return err
@@ -242,7 +259,7 @@ func TestSystemKeptApart(t *testing.T) {
 		t.Helper()
 		var m threadMeta
 		var raw, sys []byte
-		if err := s.db.View(func(tx *bolt.Tx) error {
+		if err := s.view(func(tx *Tx) error {
 			tb := threadBucket(tx, k)
 			raw = append(raw, tb.Get(kMeta)...)
 			sys = append(sys, tb.Get(kSys)...)
@@ -284,7 +301,7 @@ func TestSystemKeptApart(t *testing.T) {
 	wantSystem("first turn", big)
 
 	// A thread as an older binary wrote it: the system in the meta.
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *Tx) error {
 		tb := threadBucket(tx, k)
 		m, err := loadMeta(tb)
 		if err != nil {

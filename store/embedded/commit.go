@@ -3,7 +3,7 @@ package embedded
 import (
 	"errors"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // op is one write. fn runs inside a shared read-write transaction; it must
@@ -11,11 +11,11 @@ import (
 // captured result (returning nil), and return an error only for failures of
 // the database itself. It may run more than once.
 type op struct {
-	fn   func(tx *bolt.Tx) error
+	fn   func(tx *Tx) error
 	done chan error
 }
 
-// maxGroup bounds how many writes share one transaction (one fsync).
+// maxGroup bounds how many writes share one transaction (one log write).
 const maxGroup = 128
 
 // committer is a group commit loop: a lone writer commits at once, and
@@ -42,14 +42,7 @@ func (s *Store) committer() {
 		}
 		s.commits.Add(1)
 		s.grouped.Add(int64(len(group)))
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			for _, o := range group {
-				if err := o.fn(tx); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err := s.write(group)
 		if err == nil || len(group) == 1 {
 			for _, o := range group {
 				o.done <- err
@@ -58,16 +51,39 @@ func (s *Store) committer() {
 		}
 		// One write failed the shared transaction: run each alone so only
 		// the failing one sees its error.
-		for _, o := range group {
-			o.done <- s.db.Update(o.fn)
+		for _, o := range group[:len(group):len(group)] {
+			o.done <- s.write([]op{o})
 		}
 	}
+}
+
+// write runs ops in one indexed batch and commits it: all of them or none.
+// Under FsyncAlways the commit waits for the log's fsync; otherwise for
+// its write(2) (walFS).
+func (s *Store) write(ops []op) error {
+	b := s.db.NewIndexedBatch()
+	defer b.Close()
+	tx := &Tx{r: b, w: b}
+	var err error
+	for _, o := range ops {
+		if err = o.fn(tx); err != nil {
+			break
+		}
+	}
+	if eerr := tx.end(); err == nil {
+		err = eerr
+	}
+	if err != nil || b.Empty() {
+		return err
+	}
+	s.written.Add(int64(b.Len()))
+	return b.Commit(pebble.Sync)
 }
 
 var errClosed = errors.New("embedded store closed")
 
 // update runs fn in the next group commit and waits for its result.
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+func (s *Store) update(fn func(tx *Tx) error) error {
 	o := op{fn: fn, done: make(chan error, 1)}
 	select {
 	case s.ops <- o:

@@ -24,11 +24,14 @@ import (
 
 const crashEnv = "CHRONICLE_STORE_CRASH_DIR"
 
-const crashThreads = 4
+const (
+	crashFsyncEnv = "CHRONICLE_STORE_CRASH_FSYNC"
+	crashThreads  = 4
+)
 
 // turnMsgs returns turn i's user and assistant messages: a whole turn is
 // both, in one Finish. Every fourth reply is large (kept in a file of its
-// own, outside the bbolt file).
+// own, outside the key space).
 func turnMsgs(thread, i int) ([][]byte, []store.Hash) {
 	u := []byte(fmt.Sprintf(`{"role":"user","content":"thread %d turn %d"}`, thread, i))
 	a := []byte(fmt.Sprintf(`{"role":"assistant","content":"reply %d/%d"}`, thread, i))
@@ -52,7 +55,7 @@ func TestMain(m *testing.M) {
 // crashChild writes turns on several threads until it is killed, printing
 // each finished turn.
 func crashChild(dir string) {
-	s, err := embedded.Open(dir, embedded.Options{})
+	s, err := embedded.Open(dir, embedded.Options{Fsync: embedded.Fsync(os.Getenv(crashFsyncEnv))})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(2)
@@ -100,17 +103,24 @@ func crashChild(dir string) {
 }
 
 // TestCrashWholeTurns kills a writer with SIGKILL mid-flight, several times,
-// and checks after each reopen that every thread holds whole turns only,
-// every completed run's turn is there, and every large message's file is
-// there with no file left over.
+// under each fsync setting, and checks after each reopen that every turn
+// the writer was told is stored is there, every thread holds whole turns
+// only, every completed run's turn is there, and every large message's
+// file is there with no file left over.
 func TestCrashWholeTurns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test re-executes the test binary")
 	}
+	for _, mode := range []embedded.Fsync{embedded.FsyncInterval, embedded.FsyncAlways} {
+		t.Run(string(mode), func(t *testing.T) { crashWholeTurns(t, mode) })
+	}
+}
+
+func crashWholeTurns(t *testing.T, mode embedded.Fsync) {
 	dir := t.TempDir()
 	for round := range 3 {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashEnv+"="+dir)
+		cmd.Env = append(os.Environ(), crashEnv+"="+dir, crashFsyncEnv+"="+string(mode))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -120,10 +130,13 @@ func TestCrashWholeTurns(t *testing.T) {
 		}
 		sc := bufio.NewScanner(out)
 		turns := 0
+		acked := make([]int, crashThreads) // turns each thread was told are stored
 		for sc.Scan() && turns < 40 {
-			if line := sc.Text(); line[:4] != "turn" {
-				t.Fatalf("child: %s", line)
+			var th, i int
+			if _, err := fmt.Sscanf(sc.Text(), "turn %d %d", &th, &i); err != nil {
+				t.Fatalf("child: %s", sc.Text())
 			}
+			acked[th] = max(acked[th], i+1)
 			turns++
 		}
 		if turns < 40 {
@@ -148,6 +161,9 @@ func TestCrashWholeTurns(t *testing.T) {
 			}
 			if len(thr.Messages)%2 != 0 {
 				t.Fatalf("round %d thread %d: %d messages, a half turn", round, th, len(thr.Messages))
+			}
+			if len(thr.Messages)/2 < acked[th] {
+				t.Fatalf("round %d thread %d: %d turns stored, %d acknowledged", round, th, len(thr.Messages)/2, acked[th])
 			}
 			var want [][]byte
 			for i := 0; i < len(thr.Messages)/2; i++ {

@@ -1,12 +1,15 @@
-// Package embedded is chronicle's single-node store: one bbolt file in a
-// directory, no server, no cgo. Every write is one ACID bbolt transaction
-// (copy-on-write pages, fsync on commit), so a kill -9 at any moment leaves
-// either the whole step or none of it; concurrent writers share commits
-// (group commit, one fsync for all writes that queued during the last one).
-// Followers of an event log are woken in-process when it grows or the run
-// ends.
+// Package embedded is chronicle's single-node store: a pebble key space
+// (an LSM tree: a write is one append to its write-ahead log and an insert
+// in memory) in a directory, no server, no cgo. One goroutine commits:
+// each step is checked and written in one indexed batch, committed whole,
+// so a kill -9 at any moment leaves either the whole step or none of it;
+// steps that queue while a commit is under way share the next batch
+// (group commit). Options.Fsync says when a commit reaches the disk
+// (fsync.go). Followers of an event log are woken in-process when it grows
+// or the run ends.
 //
-// Layout (bucket → key → value), all keys bytes:
+// Layout (bucket → key → value; buckets are key prefixes, kv.go), all keys
+// bytes:
 //
 //	t/<tenant>\x00<thread>/           one bucket per thread
 //	    meta                           JSON threadMeta (lease, counters, summary)
@@ -39,13 +42,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/chronicle-proxy/chronicle/store"
 )
@@ -60,27 +66,39 @@ type Options struct {
 	MaxEvents int64
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// NoSync skips fsync (tests and benchmarks of CPU cost only).
+	// Fsync is when an acknowledged write reaches the disk (default
+	// FsyncInterval).
+	Fsync Fsync
+	// FsyncInterval is how often FsyncInterval syncs the log (default 1s).
+	FsyncInterval time.Duration
+	// NoSync never syncs the log (tests and benchmarks of CPU cost only).
 	NoSync bool
+	// FS is the file system of the key space (tests: a crashable memory
+	// file system; default the operating system's).
+	FS vfs.FS
 }
 
 // Store is the embedded backend. It is safe for concurrent use.
 type Store struct {
-	db      *bolt.DB
+	db      *pebble.DB
+	cache   *pebble.Cache
+	fs      *walFS
 	opts    Options
 	blobDir string
 
 	ops     chan op
 	stop    chan struct{}
 	stopped chan struct{}
+	syncer  chan struct{} // closed when the interval syncer has stopped
 	once    sync.Once
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
 
 	// commits and grouped count shared transactions and the writes they
-	// carried (the group commit benchmark reports their ratio).
-	commits, grouped atomic.Int64
+	// carried (the group commit benchmark reports their ratio); written
+	// counts the bytes they committed (the cost test reads it).
+	commits, grouped, written atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -105,8 +123,16 @@ var (
 	bEv   = []byte("ev")
 )
 
-// Open opens (creating if needed) the store in dir: dir/chronicle.db and
-// the large values' files in dir/blobs.
+// Files in the store's directory.
+const (
+	kvDir      = "kv"           // the pebble key space
+	legacyFile = "chronicle.db" // the bbolt file of chronicle before pebble
+)
+
+// Open opens (creating if needed) the store in dir: the key space in
+// dir/kv and the large values' files in dir/blobs. A bbolt file
+// dir/chronicle.db of an older chronicle is copied into dir/kv first and
+// kept as dir/chronicle.db.migrated.
 func Open(dir string, opts Options) (*Store, error) {
 	if opts.EventRetention <= 0 {
 		opts.EventRetention = 24 * time.Hour
@@ -114,53 +140,122 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	switch opts.Fsync {
+	case "":
+		opts.Fsync = FsyncInterval
+	case FsyncAlways, FsyncInterval:
+	default:
+		return nil, fmt.Errorf("embedded: fsync %q: want always or interval", opts.Fsync)
+	}
+	if opts.FsyncInterval <= 0 {
+		opts.FsyncInterval = time.Second
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
 	if err := os.MkdirAll(filepath.Join(dir, blobDir), 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	db, err := bolt.Open(filepath.Join(dir, "chronicle.db"), 0o600, &bolt.Options{Timeout: 5 * time.Second, NoSync: opts.NoSync, FreelistType: bolt.FreelistMapType})
+	if err := migrate(dir); err != nil {
+		return nil, fmt.Errorf("embedded: migrating %s: %w", filepath.Join(dir, legacyFile), err)
+	}
+	s := &Store{opts: opts, blobDir: filepath.Join(dir, blobDir), ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), syncer: make(chan struct{}), waiters: map[string]chan struct{}{}}
+	db, cache, fs, err := openKV(filepath.Join(dir, kvDir), opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open: %w", err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bThreads, bIdx, bGidx, bUpd, bRunIDs, bActive, bEvExp, bSess, bBlob} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("embedded: init: %w", err)
-	}
-	s := &Store{db: db, opts: opts, blobDir: filepath.Join(dir, blobDir), ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), waiters: map[string]chan struct{}{}}
+	s.db, s.cache, s.fs = db, cache, fs
 	if err := s.sweepBlobs(); err != nil {
-		db.Close()
+		s.closeKV()
 		return nil, fmt.Errorf("embedded: large values: %w", err)
 	}
 	go s.committer()
+	if fs.deferSync && !opts.NoSync {
+		go s.syncLogs()
+	} else {
+		close(s.syncer)
+	}
 	return s, nil
 }
 
-// Close stops the commit loop and closes the file.
+// openKV opens the pebble key space in dir.
+func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error) {
+	fs := &walFS{FS: opts.FS, deferSync: opts.NoSync || opts.Fsync == FsyncInterval, logs: map[*walFile]struct{}{}}
+	cache := pebble.NewCache(32 << 20)
+	po := &pebble.Options{
+		FS:           fs,
+		Cache:        cache,
+		MemTableSize: 32 << 20,
+		// The last format whose log chunks do not record synced offsets:
+		// with those, recovery takes a torn tail that FsyncInterval can
+		// leave after a power loss, followed by blocks the disk did
+		// write, for corruption and refuses to open. Without them the
+		// tail ends the log, as it should.
+		FormatMajorVersion: pebble.FormatColumnarBlocks,
+		Logger:             pebbleLogger{},
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		cache.Unref()
+		return nil, nil, nil, err
+	}
+	return db, cache, fs, nil
+}
+
+// pebbleLogger drops pebble's informational lines and keeps its errors.
+type pebbleLogger struct{}
+
+func (pebbleLogger) Infof(string, ...any) {}
+func (pebbleLogger) Errorf(format string, args ...any) {
+	log.Printf("embedded: pebble: "+format, args...)
+}
+func (pebbleLogger) Fatalf(format string, args ...any) {
+	log.Fatalf("embedded: pebble: "+format, args...)
+}
+
+// syncLogs is FsyncInterval's ticker.
+func (s *Store) syncLogs() {
+	defer close(s.syncer)
+	t := time.NewTicker(s.opts.FsyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := s.fs.syncLogs(); err != nil {
+				log.Printf("embedded: fsync of the write-ahead log: %v", err)
+			}
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+func (s *Store) closeKV() error {
+	err := s.db.Close()
+	s.cache.Unref()
+	return err
+}
+
+// Close stops the commit loop, syncs and closes the key space.
 func (s *Store) Close() error {
 	var err error
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.stopped
-		err = s.db.Close()
+		<-s.syncer
+		err = s.closeKV()
 	})
 	return err
 }
 
-// Ping reports whether the file is open.
+// Ping reports whether the key space is open and readable.
 func (s *Store) Ping(ctx context.Context) error {
 	select {
 	case <-s.stop:
 		return unavailable(errClosed)
 	default:
 	}
-	return s.view(func(tx *bolt.Tx) error { return nil })
+	return s.view(func(tx *Tx) error { return nil })
 }
 
 func unavailable(err error) error {
@@ -171,8 +266,16 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: embedded: %w", store.ErrUnavailable, err)
 }
 
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
-	if err := s.db.View(fn); err != nil {
+// view runs fn on a snapshot of the key space.
+func (s *Store) view(fn func(tx *Tx) error) error {
+	snap := s.db.NewSnapshot()
+	tx := &Tx{r: snap}
+	err := fn(tx)
+	if eerr := tx.end(); err == nil {
+		err = eerr
+	}
+	snap.Close()
+	if err != nil {
 		return unavailable(err)
 	}
 	return nil
@@ -277,7 +380,7 @@ type intrRec struct {
 	Run    string                `json:"run"`
 }
 
-func getJSON(b *bolt.Bucket, key []byte, v any) (bool, error) {
+func getJSON(b *Bucket, key []byte, v any) (bool, error) {
 	raw := b.Get(key)
 	if raw == nil {
 		return false, nil
@@ -285,7 +388,7 @@ func getJSON(b *bolt.Bucket, key []byte, v any) (bool, error) {
 	return true, json.Unmarshal(raw, v)
 }
 
-func putJSON(b *bolt.Bucket, key []byte, v any) error {
+func putJSON(b *Bucket, key []byte, v any) error {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -294,11 +397,11 @@ func putJSON(b *bolt.Bucket, key []byte, v any) error {
 }
 
 // threadBucket returns the thread's bucket, or nil.
-func threadBucket(tx *bolt.Tx, k store.Key) *bolt.Bucket {
+func threadBucket(tx *Tx, k store.Key) *Bucket {
 	return tx.Bucket(bThreads).Bucket(threadID(k))
 }
 
-func createThreadBucket(tx *bolt.Tx, k store.Key) (*bolt.Bucket, error) {
+func createThreadBucket(tx *Tx, k store.Key) (*Bucket, error) {
 	tb, err := tx.Bucket(bThreads).CreateBucketIfNotExists(threadID(k))
 	if err != nil {
 		return nil, err
@@ -311,7 +414,7 @@ func createThreadBucket(tx *bolt.Tx, k store.Key) (*bolt.Bucket, error) {
 	return tb, nil
 }
 
-func loadMeta(tb *bolt.Bucket) (threadMeta, error) {
+func loadMeta(tb *Bucket) (threadMeta, error) {
 	var m threadMeta
 	_, err := getJSON(tb, kMeta, &m)
 	return m, err
@@ -325,7 +428,7 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	var th store.Thread
 	found := false
 	err := readAgain(func() error {
-		err := s.view(func(tx *bolt.Tx) error {
+		err := s.view(func(tx *Tx) error {
 			var err error
 			th, found, err = readThread(tx, k, nil, true)
 			return err
@@ -346,7 +449,7 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 
 // readThreadMeta reads the thread's meta inside tx, without its messages
 // (and without its system blob unless system).
-func readThreadMeta(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (th store.Thread, found bool, err error) {
+func readThreadMeta(tx *Tx, k store.Key, known *threadMeta, system bool) (th store.Thread, found bool, err error) {
 	th, _, found, err = threadMetaOf(tx, k, known, system)
 	return th, found, err
 }
@@ -354,7 +457,7 @@ func readThreadMeta(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (t
 // threadMetaOf reads the thread's meta inside tx, or takes it from known
 // (the caller's copy, decoded in the same transaction) when not nil. The
 // system blob is copied out only when system.
-func threadMetaOf(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (store.Thread, int, bool, error) {
+func threadMetaOf(tx *Tx, k store.Key, known *threadMeta, system bool) (store.Thread, int, bool, error) {
 	tb := threadBucket(tx, k)
 	if tb == nil {
 		return store.Thread{}, 0, false, nil
@@ -382,7 +485,7 @@ func threadMetaOf(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (sto
 // renewal and finish decodes and rewrites: a Gemini systemInstruction of
 // 100 KB would otherwise be base64-encoded and written several times a
 // turn.
-func systemOf(tb *bolt.Bucket, m *threadMeta) []byte {
+func systemOf(tb *Bucket, m *threadMeta) []byte {
 	if m.System != nil {
 		return m.System
 	}
@@ -391,7 +494,7 @@ func systemOf(tb *bolt.Bucket, m *threadMeta) []byte {
 
 // transcriptDigest is store.Digest of the thread's stored hashes, read in
 // place without copying a message.
-func transcriptDigest(tx *bolt.Tx, k store.Key) string {
+func transcriptDigest(tx *Tx, k store.Key) string {
 	h := sha1.New()
 	if tb := threadBucket(tx, k); tb != nil {
 		if mb := tb.Bucket(bMsgs); mb != nil {
@@ -408,7 +511,7 @@ func transcriptDigest(tx *bolt.Tx, k store.Key) string {
 // readThread reads the thread's meta and messages inside tx (read or
 // write); found is false for a thread without a saved transcript. A large
 // message comes back as its reference, for loadAll once tx is over.
-func readThread(tx *bolt.Tx, k store.Key, known *threadMeta, system bool) (th store.Thread, found bool, err error) {
+func readThread(tx *Tx, k store.Key, known *threadMeta, system bool) (th store.Thread, found bool, err error) {
 	th, n, found, err := threadMetaOf(tx, k, known, system)
 	if err != nil || !found {
 		return store.Thread{}, false, err
@@ -444,7 +547,7 @@ func fence(m *threadMeta, l store.Lease) error {
 }
 
 // checkTranscript verifies t against the stored messages without writing.
-func checkTranscript(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) error {
+func checkTranscript(tb *Bucket, m *threadMeta, t *store.Transcript) error {
 	if t.Keep > m.Msgs {
 		return fmt.Errorf("transcript keeps %d of %d messages: %w", t.Keep, m.Msgs, store.ErrConflict)
 	}
@@ -459,7 +562,7 @@ func checkTranscript(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) error 
 
 // applied reports whether t is already what the thread holds (a retried
 // write), so that applying it again changes nothing, not even the version.
-func applied(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) bool {
+func applied(tb *Bucket, m *threadMeta, t *store.Transcript) bool {
 	if m.Msgs != t.Keep+len(t.Messages) || !bytes.Equal(systemOf(tb, m), t.System) || m.Created == 0 {
 		return false
 	}
@@ -475,7 +578,7 @@ func applied(tb *bolt.Bucket, m *threadMeta, t *store.Transcript) bool {
 
 // writeTranscript applies a checked transcript and bumps the version. t's
 // large messages are references to files w staged (w.transcript).
-func writeTranscript(tx *bolt.Tx, tb *bolt.Bucket, m *threadMeta, t *store.Transcript, w *blobWrite, thread []byte, now int64) error {
+func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *blobWrite, thread []byte, now int64) error {
 	if applied(tb, m, t) {
 		return nil
 	}
@@ -533,7 +636,7 @@ func writeTranscript(tx *bolt.Tx, tb *bolt.Bucket, m *threadMeta, t *store.Trans
 }
 
 // touchIndex moves the thread's audit entries to m.Updated.
-func touchIndex(tx *bolt.Tx, k store.Key, m *threadMeta) error {
+func touchIndex(tx *Tx, k store.Key, m *threadMeta) error {
 	if m.Created == 0 {
 		return nil
 	}
@@ -554,7 +657,7 @@ func touchIndex(tx *bolt.Tx, k store.Key, m *threadMeta) error {
 	return upd.Put(id, u64(uint64(m.Updated)))
 }
 
-func dropIndex(tx *bolt.Tx, k store.Key, updated int64) error {
+func dropIndex(tx *Tx, k store.Key, updated int64) error {
 	inv := u64(^uint64(updated))
 	if err := tx.Bucket(bIdx).Delete(append(append([]byte(k.Tenant+"\x00"), inv...), k.Thread...)); err != nil {
 		return err
@@ -580,7 +683,7 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 		return err
 	}
 	var refused error
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *Tx) error {
 		refused = nil
 		w.begin()
 		tb := threadBucket(tx, l.Key)
@@ -620,7 +723,7 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 	}
 	var runs []string
 	w := s.blobWrite()
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *Tx) error {
 		runs = runs[:0]
 		w.begin()
 		tb := threadBucket(tx, k)
@@ -679,14 +782,14 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 func (s *Store) SessionID(ctx context.Context, connection, model, candidate string) (string, error) {
 	key := []byte(connection + "\x00" + model)
 	var got string
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *Tx) error {
 		got = string(tx.Bucket(bSess).Get(key))
 		return nil
 	})
 	if err != nil || got != "" {
 		return got, err
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *Tx) error {
 		b := tx.Bucket(bSess)
 		if v := b.Get(key); v != nil {
 			got = string(v)
@@ -702,27 +805,54 @@ func (s *Store) SessionID(ctx context.Context, connection, model, candidate stri
 // "bucket/…/key". Tests use it to prove that a delete leaves nothing behind.
 func (s *Store) DebugKeys(ctx context.Context) ([]string, error) {
 	var out []string
-	var walk func(prefix string, b *bolt.Bucket) error
-	walk = func(prefix string, b *bolt.Bucket) error {
-		return b.ForEach(func(k, v []byte) error {
-			if v == nil {
-				return walk(prefix+string(k)+"/", b.Bucket(k))
+	err := s.view(func(tx *Tx) error {
+		it, err := tx.r.NewIter(nil)
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		for ok := it.First(); ok; ok = it.Next() {
+			if path, leaf := decodeKey(it.Key()); leaf {
+				out = append(out, path)
 			}
-			out = append(out, prefix+string(k))
-			return nil
-		})
-	}
-	err := s.view(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walk(string(name)+"/", b) })
+		}
+		return it.Error()
 	})
 	return out, err
+}
+
+// decodeKey spells a key of the key space as "bucket/…/key"; leaf is false
+// for a bucket's marker.
+func decodeKey(k []byte) (path string, leaf bool) {
+	var b strings.Builder
+	for len(k) > 0 {
+		switch k[0] {
+		case tagLeaf:
+			b.Write(k[1:])
+			return b.String(), true
+		case tagBucket:
+			n, w := binary.Uvarint(k[1:])
+			if w <= 0 || uint64(len(k)-1-w) < n {
+				return b.String() + fmt.Sprintf("<bad key %x>", k), true
+			}
+			b.Write(k[1+w : 1+w+int(n)])
+			b.WriteByte('/')
+			k = k[1+w+int(n):]
+		default:
+			return b.String() + fmt.Sprintf("<bad key %x>", k), true
+		}
+	}
+	return b.String(), false
 }
 
 // Durability says what the embedded store guarantees for an acknowledged
 // write (store.Durability).
 func (s *Store) Durability(context.Context) (string, error) {
-	if s.opts.NoSync {
+	switch {
+	case s.opts.NoSync:
 		return "embedded: fsync off: an acknowledged turn survives a crash of chronicle, not of the machine", nil
+	case s.opts.Fsync == FsyncAlways:
+		return "embedded: fsync before every acknowledgement (group commit): an acknowledged turn is on disk; a write the disk refuses reaches the client as an error", nil
 	}
-	return "embedded: fsync at every commit: an acknowledged turn is on disk; a write the disk refuses reaches the client as an error", nil
+	return fmt.Sprintf("embedded: fsync every %v: an acknowledged turn is in the operating system and survives a crash of chronicle; a power loss loses at most the last %v of turns, each whole or not at all", s.opts.FsyncInterval, s.opts.FsyncInterval), nil
 }

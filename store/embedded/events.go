@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
@@ -44,7 +42,7 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 		return nil
 	}
 	var refused error
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *Tx) error {
 		tb, _, r, err, ref := leased(tx, l)
 		if refused = ref; err != nil || ref != nil {
 			return err
@@ -67,7 +65,7 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 // appendEvents stores events first, first+1, … of run r, skipping those
 // stored already, and counts them in r; the caller writes r back when it
 // changed. A gap is refused.
-func (s *Store) appendEvents(tb *bolt.Bucket, run string, r *runRec, first int64, events [][]byte) (changed bool, refused, err error) {
+func (s *Store) appendEvents(tb *Bucket, run string, r *runRec, first int64, events [][]byte) (changed bool, refused, err error) {
 	n := r.Events
 	if first > n+1 {
 		return false, fmt.Errorf("run %s has %d events, append starts at %d: %w", run, n, first, store.ErrConflict), nil
@@ -75,11 +73,8 @@ func (s *Store) appendEvents(tb *bolt.Bucket, run string, r *runRec, first int64
 	if first+int64(len(events))-1 <= n {
 		return false, nil, nil // already stored
 	}
-	eb, err := tb.Bucket(bEv).CreateBucketIfNotExists([]byte(run))
-	if err != nil {
-		return false, nil, err
-	}
-	eb.FillPercent = 1 // sequential keys
+	eb := tb.Bucket(bEv).Bucket([]byte(run))
+	old := n
 	for i, ev := range events {
 		seq := first + int64(i)
 		if seq <= n {
@@ -90,10 +85,12 @@ func (s *Store) appendEvents(tb *bolt.Bucket, run string, r *runRec, first int64
 		}
 		n = seq
 	}
-	if max := s.opts.MaxEvents; max > 0 && n > max {
-		c := eb.Cursor()
-		for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) <= n-max; k, _ = c.First() {
-			if err := c.Delete(); err != nil {
+	if keep := s.opts.MaxEvents; keep > 0 && n > keep {
+		// The log held events (old-keep, old]; drop those now older than
+		// the newest keep, by key: seeking over the tombstones of earlier
+		// trims would cost more with every turn.
+		for seq := max(old-keep+1, 1); seq <= n-keep; seq++ {
+			if err := eb.Delete(u64(uint64(seq))); err != nil {
 				return false, nil, err
 			}
 		}
@@ -115,7 +112,7 @@ func (s *Store) FollowEvents(ctx context.Context, k store.Key, id string, after 
 		changed := s.wait(rk)
 		batch = batch[:0]
 		var ended, found bool
-		err := s.view(func(tx *bolt.Tx) error {
+		err := s.view(func(tx *Tx) error {
 			tb, r, err := runIn(tx, k, id)
 			if err != nil || r == nil {
 				return err
@@ -177,7 +174,7 @@ func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.Thr
 		cursor = c
 	}
 	page := store.ThreadPage{Threads: []store.ThreadSummary{}}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *Tx) error {
 		bucket, prefix := tx.Bucket(bGidx), []byte(nil)
 		if q.Tenant != "" {
 			bucket, prefix = tx.Bucket(bIdx), []byte(q.Tenant+"\x00")
@@ -233,7 +230,7 @@ func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.Thr
 // ListTenants lists tenants that have at least one thread.
 func (s *Store) ListTenants(ctx context.Context) ([]string, error) {
 	out := []string{}
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *Tx) error {
 		c := tx.Bucket(bIdx).Cursor()
 		for key, _ := c.First(); key != nil; {
 			i := bytes.IndexByte(key, 0)

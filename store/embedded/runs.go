@@ -8,14 +8,12 @@ import (
 	"sort"
 	"strings"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
 // runIn returns the thread's bucket and the run; nil for either that does
 // not exist.
-func runIn(tx *bolt.Tx, k store.Key, id string) (*bolt.Bucket, *runRec, error) {
+func runIn(tx *Tx, k store.Key, id string) (*Bucket, *runRec, error) {
 	tb := threadBucket(tx, k)
 	if tb == nil {
 		return nil, nil, nil
@@ -24,7 +22,7 @@ func runIn(tx *bolt.Tx, k store.Key, id string) (*bolt.Bucket, *runRec, error) {
 	return tb, r, err
 }
 
-func getRun(tb *bolt.Bucket, id string) (*runRec, error) {
+func getRun(tb *Bucket, id string) (*runRec, error) {
 	var r runRec
 	ok, err := getJSON(tb.Bucket(bRuns), []byte(id), &r)
 	if err != nil || !ok {
@@ -34,7 +32,7 @@ func getRun(tb *bolt.Bucket, id string) (*runRec, error) {
 }
 
 // interrupts returns the interrupts each run raised.
-func interrupts(tb *bolt.Bucket) (map[string][]store.Interrupt, error) {
+func interrupts(tb *Bucket) (map[string][]store.Interrupt, error) {
 	out := map[string][]store.Interrupt{}
 	err := tb.Bucket(bIntr).ForEach(func(k, v []byte) error {
 		var r intrRec
@@ -47,7 +45,7 @@ func interrupts(tb *bolt.Bucket) (map[string][]store.Interrupt, error) {
 	return out, err
 }
 
-func (s *Store) runView(tb *bolt.Bucket, k store.Key, id string, r *runRec) (store.Run, error) {
+func (s *Store) runView(tb *Bucket, k store.Key, id string, r *runRec) (store.Run, error) {
 	run := r.toRun(k, id)
 	in, err := interrupts(tb)
 	if err != nil {
@@ -60,7 +58,7 @@ func (s *Store) runView(tb *bolt.Bucket, k store.Key, id string, r *runRec) (sto
 }
 
 // markLost fails a running run whose replica died, releasing its lease.
-func (s *Store) markLost(tx *bolt.Tx, tb *bolt.Bucket, k store.Key, m *threadMeta, id string, now int64) (bool, error) {
+func (s *Store) markLost(tx *Tx, tb *Bucket, k store.Key, m *threadMeta, id string, now int64) (bool, error) {
 	r, err := getRun(tb, id)
 	if err != nil {
 		return false, err
@@ -84,7 +82,7 @@ func (s *Store) markLost(tx *bolt.Tx, tb *bolt.Bucket, k store.Key, m *threadMet
 	return true, putJSON(tb.Bucket(bRuns), []byte(id), r)
 }
 
-func (s *Store) expireEvents(tx *bolt.Tx, k store.Key, id string, r *runRec, now int64) error {
+func (s *Store) expireEvents(tx *Tx, k store.Key, id string, r *runRec, now int64) error {
 	r.EvExp = now + s.opts.EventRetention.Milliseconds()
 	return tx.Bucket(bEvExp).Put(append(u64(uint64(r.EvExp)), runKey(k, id)...), nil)
 }
@@ -104,7 +102,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 	res := new(store.Started)
 	var refused error
 	var lost string
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *Tx) error {
 		*res, refused, lost = store.Started{}, nil, ""
 		rid := []byte(k.Tenant + "\x00" + sr.RunID)
 		if th := tx.Bucket(bRunIDs).Get(rid); th != nil && string(th) != k.Thread {
@@ -205,7 +203,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 // withThread reads the thread into res when the start asked for it, in the
 // start's own transaction; m is the thread's meta as the start decoded it
 // (nil: read it).
-func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started, m *threadMeta) error {
+func (s *Store) withThread(tx *Tx, sr store.StartRun, res *store.Started, m *threadMeta) error {
 	if !sr.LoadThread {
 		return nil
 	}
@@ -224,7 +222,7 @@ func (s *Store) withThread(tx *bolt.Tx, sr store.StartRun, res *store.Started, m
 }
 
 // leased loads the thread bucket, meta and run for a fenced write.
-func leased(tx *bolt.Tx, l store.Lease) (*bolt.Bucket, threadMeta, *runRec, error, error) {
+func leased(tx *Tx, l store.Lease) (*Bucket, threadMeta, *runRec, error, error) {
 	tb := threadBucket(tx, l.Key)
 	if tb == nil {
 		return nil, threadMeta{}, nil, nil, fmt.Errorf("thread %s: %w", l.Key, store.ErrFenced)
@@ -253,7 +251,7 @@ func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (sto
 	}
 	var res store.Renewal
 	var refused error
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *Tx) error {
 		tb, m, r, err, ref := leased(tx, l)
 		if refused = ref; err != nil || ref != nil {
 			return err
@@ -282,7 +280,7 @@ func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (sto
 // Release gives the lease up; the run stays as it is (Sweep fails it if it
 // is still running).
 func (s *Store) Release(ctx context.Context, l store.Lease) error {
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *Tx) error {
 		tb := threadBucket(tx, l.Key)
 		if tb == nil {
 			return nil
@@ -319,7 +317,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 	}
 	thread := threadID(l.Key)
 	var refused error
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *Tx) error {
 		refused = nil
 		w.begin()
 		tb := threadBucket(tx, l.Key)
@@ -501,7 +499,7 @@ func (s *Store) GetRun(ctx context.Context, k store.Key, id string) (store.Run, 
 	found := false
 	err := readAgain(func() error {
 		found = false
-		err := s.view(func(tx *bolt.Tx) error {
+		err := s.view(func(tx *Tx) error {
 			tb, r, err := runIn(tx, k, id)
 			if err != nil || r == nil {
 				return err
@@ -537,7 +535,7 @@ func (s *Store) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) 
 	var runs []store.Run
 	var order []int64
 	found := false
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *Tx) error {
 		tb := threadBucket(tx, k)
 		if tb == nil {
 			return nil
@@ -582,7 +580,7 @@ func (s *Store) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) 
 // FindRun returns the thread a run id belongs to.
 func (s *Store) FindRun(ctx context.Context, tenant, id string) (store.Key, error) {
 	var th []byte
-	err := s.view(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *Tx) error {
 		th = clone(tx.Bucket(bRunIDs).Get([]byte(tenant + "\x00" + id)))
 		return nil
 	})
@@ -600,7 +598,7 @@ func (s *Store) RequestCancel(ctx context.Context, k store.Key, id string) (stor
 	if err := k.Validate(); err != nil {
 		return store.Run{}, err
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *Tx) error {
 		tb, r, err := runIn(tx, k, id)
 		if err != nil || r == nil || r.Status != store.Running || r.Cancel {
 			return err
@@ -617,7 +615,7 @@ func (s *Store) RequestCancel(ctx context.Context, k store.Key, id string) (stor
 // Sweep fails runs whose lease lapsed and drops expired event logs.
 func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
 	var lost []store.RunRef
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *Tx) error {
 		lost = lost[:0]
 		now := s.now()
 		var keys [][]byte

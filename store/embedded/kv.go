@@ -1,0 +1,247 @@
+package embedded
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The store's data lives in one pebble key space. Buckets, the nesting the
+// store's layout is written in (embedded.go), are key prefixes: a bucket's
+// prefix is its parent's, then 0x02, the name's length as a uvarint and
+// the name; a leaf key in it is the prefix, then 0x01 and the key. So the
+// leaves of one bucket are contiguous and in key order, and a bucket with
+// everything under it is one range.
+//
+// Buckets are implicit (absent means empty), except the children of a
+// bucket opened with marked set (the thread buckets under t): those exist
+// when their marker, the key equal to their prefix, does, so a thread
+// that was never written or was deleted reads as absent.
+const (
+	tagLeaf   = 0x01
+	tagBucket = 0x02
+)
+
+// Tx is a read (a snapshot) or a write (an indexed batch, which reads its
+// own writes) over the key space. Values and keys it returns stay valid
+// until the transaction ends, as with bbolt.
+type Tx struct {
+	r interface {
+		Get(key []byte) ([]byte, io.Closer, error)
+		NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+	}
+	w       *pebble.Batch // nil in a read
+	closers []io.Closer
+	err     error // the first failure of a read that had no error to return
+}
+
+func (tx *Tx) end() error {
+	for _, c := range tx.closers {
+		if err := c.Close(); err != nil && tx.err == nil {
+			tx.err = err
+		}
+	}
+	tx.closers = tx.closers[:0]
+	return tx.err
+}
+
+func (tx *Tx) fail(err error) {
+	if tx.err == nil {
+		tx.err = err
+	}
+}
+
+// Bucket opens a root bucket.
+func (tx *Tx) Bucket(name []byte) *Bucket {
+	return &Bucket{tx: tx, prefix: childPrefix(nil, name), marked: string(name) == string(bThreads)}
+}
+
+// Bucket is a key prefix inside a transaction.
+type Bucket struct {
+	tx     *Tx
+	prefix []byte
+	marked bool // children exist only with their marker
+}
+
+func childPrefix(parent, name []byte) []byte {
+	p := make([]byte, 0, len(parent)+1+binary.MaxVarintLen32+len(name))
+	p = append(p, parent...)
+	p = append(p, tagBucket)
+	p = binary.AppendUvarint(p, uint64(len(name)))
+	return append(p, name...)
+}
+
+func (b *Bucket) leaf(key []byte) []byte {
+	k := make([]byte, 0, len(b.prefix)+1+len(key))
+	k = append(append(k, b.prefix...), tagLeaf)
+	return append(k, key...)
+}
+
+// Bucket opens the child bucket name: nil when b's children are marked and
+// name's marker is absent.
+func (b *Bucket) Bucket(name []byte) *Bucket {
+	c := &Bucket{tx: b.tx, prefix: childPrefix(b.prefix, name)}
+	if b.marked && b.tx.get(c.prefix) == nil {
+		return nil
+	}
+	return c
+}
+
+// CreateBucketIfNotExists opens the child bucket name, writing its marker
+// when b's children are marked.
+func (b *Bucket) CreateBucketIfNotExists(name []byte) (*Bucket, error) {
+	c := &Bucket{tx: b.tx, prefix: childPrefix(b.prefix, name)}
+	if b.marked && b.tx.get(c.prefix) == nil {
+		if err := b.tx.set(c.prefix, nil); err != nil {
+			return nil, err
+		}
+	}
+	return c, b.tx.err
+}
+
+// DeleteBucket removes the child bucket name and everything under it.
+func (b *Bucket) DeleteBucket(name []byte) error {
+	p := childPrefix(b.prefix, name)
+	if b.tx.w == nil {
+		return errReadOnly
+	}
+	return b.tx.w.DeleteRange(p, prefixEnd(p), nil)
+}
+
+var errReadOnly = errors.New("embedded: write in a read transaction")
+
+// Get returns the value of key, or nil when it is absent (a present empty
+// value is a non-nil empty slice).
+func (b *Bucket) Get(key []byte) []byte { return b.tx.get(b.leaf(key)) }
+
+// Put sets key to value.
+func (b *Bucket) Put(key, value []byte) error { return b.tx.set(b.leaf(key), value) }
+
+// Delete removes key.
+func (b *Bucket) Delete(key []byte) error {
+	if b.tx.w == nil {
+		return errReadOnly
+	}
+	return b.tx.w.Delete(b.leaf(key), nil)
+}
+
+// ForEach calls fn for each leaf of b in key order (not for child
+// buckets). k and v are valid only during the call.
+func (b *Bucket) ForEach(fn func(k, v []byte) error) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return b.tx.err
+}
+
+// KeyN counts b's leaves.
+func (b *Bucket) KeyN() int {
+	n := 0
+	b.ForEach(func(_, _ []byte) error { n++; return nil })
+	return n
+}
+
+// Cursor walks b's leaves. A key and value it returns are valid until the
+// next move; writes made after the cursor opened are not seen.
+func (b *Bucket) Cursor() *Cursor {
+	lower := append(append([]byte{}, b.prefix...), tagLeaf)
+	upper := append(append([]byte{}, b.prefix...), tagLeaf+1)
+	it, err := b.tx.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		b.tx.fail(err)
+		return &Cursor{tx: b.tx, lower: lower}
+	}
+	b.tx.closers = append(b.tx.closers, it)
+	return &Cursor{tx: b.tx, it: it, lower: lower}
+}
+
+// Cursor is an iterator over one bucket's leaves.
+type Cursor struct {
+	tx    *Tx
+	it    *pebble.Iterator
+	lower []byte // the bucket's leaf prefix
+	seek  []byte
+}
+
+func (c *Cursor) at(ok bool) ([]byte, []byte) {
+	if !ok {
+		if err := c.it.Error(); err != nil {
+			c.tx.fail(err)
+		}
+		return nil, nil
+	}
+	v, err := c.it.ValueAndErr()
+	if err != nil {
+		c.tx.fail(err)
+		return nil, nil
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return c.it.Key()[len(c.lower):], v
+}
+
+// First moves to the first leaf.
+func (c *Cursor) First() ([]byte, []byte) {
+	if c.it == nil {
+		return nil, nil
+	}
+	return c.at(c.it.First())
+}
+
+// Seek moves to the first leaf at or after key.
+func (c *Cursor) Seek(key []byte) ([]byte, []byte) {
+	if c.it == nil {
+		return nil, nil
+	}
+	c.seek = append(append(c.seek[:0], c.lower...), key...)
+	return c.at(c.it.SeekGE(c.seek))
+}
+
+// Next moves to the next leaf.
+func (c *Cursor) Next() ([]byte, []byte) {
+	if c.it == nil {
+		return nil, nil
+	}
+	return c.at(c.it.Next())
+}
+
+func (tx *Tx) get(key []byte) []byte {
+	v, closer, err := tx.r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		tx.fail(err)
+		return nil
+	}
+	tx.closers = append(tx.closers, closer)
+	if v == nil {
+		v = []byte{}
+	}
+	return v
+}
+
+func (tx *Tx) set(key, value []byte) error {
+	if tx.w == nil {
+		return errReadOnly
+	}
+	return tx.w.Set(key, value, nil)
+}
+
+// prefixEnd is the first key after every key starting with p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte{}, p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
