@@ -42,6 +42,7 @@ type settings struct {
 	HOLWindow    time.Duration `json:"hol_window"`
 	Pin          bool          `json:"pin"`
 	Targets      string        `json:"targets"`
+	EmbeddedSync string        `json:"embedded_fsync"`
 	Workloads    string        `json:"workloads"`
 
 	json         bool
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.IntVar(&s.HOLBytes, "hol-bytes", 10<<20, "size of the big request in the head-of-line check (0 skips)")
 	fs.DurationVar(&s.HOLWindow, "hol-window", 4*time.Second, "length of each half of the head-of-line check, split into --rounds taken in turn across the targets (4 s: about 700 small streams, so p99 rests on 7 of them)")
 	fs.BoolVar(&s.Pin, "pin", false, "pin each proxy process to its own core with taskset (the mock to core 0)")
+	fs.StringVar(&s.EmbeddedSync, "embedded-fsync", "interval", "store.fsync of the embedded chronicle: interval (the default setting) or always (group commit)")
 	fs.StringVar(&s.Targets, "targets", "all", "comma list of direct,go-httputil,nginx,chronicle-pass,chronicle-embedded,chronicle-redis")
 	fs.StringVar(&s.Workloads, "workloads", "all", "comma list of chat,stream,chat-open,replace,append,replace-long")
 	fs.BoolVar(&s.json, "json", false, "print the results as JSON instead of tables")
@@ -85,6 +87,9 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	}
 	if s.Rounds < 1 {
 		return nil, fmt.Errorf("--rounds: want at least 1, got %d", s.Rounds)
+	}
+	if s.EmbeddedSync != "interval" && s.EmbeddedSync != "always" {
+		return nil, fmt.Errorf("--embedded-fsync: want interval or always, got %q", s.EmbeddedSync)
 	}
 	if s.cpuProfile != "" && (s.Requests > 0 || s.Duration/time.Duration(max(s.Rounds, 1)) < time.Second) {
 		return nil, fmt.Errorf("--cpuprofile needs rounds of at least 1s (--duration / --rounds; a profile runs for whole seconds)")
@@ -161,7 +166,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logf("%v", err)
 		return 2
 	}
-	st := &starter{pin: s.Pin, ncpu: runtime.NumCPU()}
+	st := &starter{pin: s.Pin, ncpu: runtime.NumCPU(), embeddedFsync: s.EmbeddedSync}
 	if s.Pin {
 		if p, err := exec.LookPath("taskset"); err == nil {
 			st.taskset = p

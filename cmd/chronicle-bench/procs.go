@@ -68,11 +68,12 @@ func (c *child) stop() {
 
 // starter starts children, optionally pinned to cores with taskset.
 type starter struct {
-	pin      bool
-	taskset  string
-	nextCore int
-	ncpu     int
-	children []*child
+	embeddedFsync string // store.fsync of embedded chronicles
+	pin           bool
+	taskset       string
+	nextCore      int
+	ncpu          int
+	children      []*child
 }
 
 // core returns the taskset prefix for the next proxy process: cores are
@@ -298,12 +299,15 @@ func redisPing(addr string) error {
 
 // chronicleConfig is the YAML for one chronicle process: a pass-through
 // connection and a persisted one, both in front of the mock.
-func chronicleConfig(mockURL, driver, dataDir, redisURL string, pprof bool) string {
+func chronicleConfig(mockURL, driver, dataDir, redisURL, fsync string, pprof bool) string {
 	admin := ""
 	if pprof {
 		admin = "admin:\n  token: " + benchAdminToken + "\n  pprof: true\n"
 	}
-	store := "  driver: embedded\n  path: " + dataDir + "\n"
+	if fsync == "" {
+		fsync = "interval"
+	}
+	store := "  driver: embedded\n  path: " + dataDir + "\n  fsync: " + fsync + "\n"
 	if driver == "redis" {
 		// Each process has a spool journal of its own (a journal is
 		// locked by the process that uses it): the streams check's fresh
@@ -369,7 +373,7 @@ func fetchProfile(root, kind, secs string, d time.Duration, path string) error {
 func (s *starter) startChronicle(bin, dir, name, mockURL, driver, redisURL string, pprof bool) (*child, string, error) {
 	data := filepath.Join(dir, "data-"+name)
 	cfg := filepath.Join(dir, "chronicle-"+name+".yaml")
-	if err := os.WriteFile(cfg, []byte(chronicleConfig(mockURL, driver, data, redisURL, pprof)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(chronicleConfig(mockURL, driver, data, redisURL, s.embeddedFsync, pprof)), 0o600); err != nil {
 		return nil, "", err
 	}
 	lines := make(chan string, 64)

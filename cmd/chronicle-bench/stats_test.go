@@ -156,17 +156,20 @@ func TestReadEventsChecksOrderAndEnd(t *testing.T) {
 
 func TestChronicleConfigParses(t *testing.T) {
 	for _, c := range []struct {
-		driver string
-		pprof  bool
-	}{{"embedded", false}, {"redis", false}, {"redis", true}} {
+		driver, fsync string
+		pprof         bool
+	}{{"embedded", "", false}, {"embedded", "always", false}, {"redis", "", false}, {"redis", "", true}} {
 		driver := c.driver
-		y := chronicleConfig("http://127.0.0.1:1", driver, t.TempDir(), "redis://127.0.0.1:2/0", c.pprof)
+		y := chronicleConfig("http://127.0.0.1:1", driver, t.TempDir(), "redis://127.0.0.1:2/0", c.fsync, c.pprof)
 		cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 		if err != nil {
 			t.Fatalf("%s config: %v\n%s", driver, err, y)
 		}
 		if cfg.Store.Driver != driver || len(cfg.Connections) != 2 || cfg.Connections[0].PersistEnabled() || !cfg.Connections[1].PersistEnabled() {
 			t.Errorf("%s config parsed as %+v", driver, cfg)
+		}
+		if want := map[string]string{"": "interval"}[c.fsync]; driver == "embedded" && cfg.Store.Fsync != want && cfg.Store.Fsync != c.fsync {
+			t.Errorf("embedded config with fsync %q parsed as store.fsync %q", c.fsync, cfg.Store.Fsync)
 		}
 		if cfg.Admin.Pprof != c.pprof || c.pprof && cfg.Admin.Token == "" {
 			t.Errorf("%s config with pprof=%v parsed as %+v", driver, c.pprof, cfg.Admin)
