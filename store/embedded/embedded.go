@@ -80,8 +80,13 @@ type Options struct {
 
 // Store is the embedded backend. It is safe for concurrent use.
 type Store struct {
-	db      *pebble.DB
-	cache   *pebble.Cache
+	db    *pebble.DB
+	cache *pebble.Cache
+	// closing is held for reading by every read and write of db and for
+	// writing by Close: pebble panics on a closed DB, and a reader or
+	// writer must find closed set instead.
+	closing sync.RWMutex
+	closed  bool
 	fs      *walFS
 	opts    Options
 	blobDir string
@@ -243,6 +248,9 @@ func (s *Store) Close() error {
 		close(s.stop)
 		<-s.stopped
 		<-s.syncer
+		s.closing.Lock()
+		s.closed = true
+		s.closing.Unlock()
 		err = s.closeKV()
 	})
 	return err
@@ -268,6 +276,11 @@ func unavailable(err error) error {
 
 // view runs fn on a snapshot of the key space.
 func (s *Store) view(fn func(tx *Tx) error) error {
+	s.closing.RLock()
+	defer s.closing.RUnlock()
+	if s.closed {
+		return unavailable(errClosed)
+	}
 	snap := s.db.NewSnapshot()
 	tx := &Tx{r: snap}
 	err := fn(tx)
