@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/chronicle-proxy/chronicle/store"
@@ -186,11 +187,14 @@ func Open(dir string, opts Options) (*Store, error) {
 // openKV opens the pebble key space in dir.
 func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error) {
 	fs := &walFS{FS: opts.FS, deferSync: opts.NoSync || opts.Fsync == FsyncInterval, logs: map[*walFile]struct{}{}}
-	cache := pebble.NewCache(32 << 20)
+	cache := pebble.NewCache(64 << 20)
 	po := &pebble.Options{
 		FS:           fs,
 		Cache:        cache,
-		MemTableSize: 32 << 20,
+		// pebble's default. 32 MiB cost more, not less: a Get's seek in a
+		// larger skiplist misses the CPU caches more (chat turns:
+		// 0.168 CPU s per 1,000 at 32 MiB, 0.160 at 4 MiB).
+		MemTableSize: 4 << 20,
 		// The last format whose log chunks do not record synced offsets:
 		// with those, recovery takes a torn tail that FsyncInterval can
 		// leave after a power loss, followed by blocks the disk did
@@ -199,6 +203,9 @@ func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error)
 		FormatMajorVersion: pebble.FormatColumnarBlocks,
 		Logger:             pebbleLogger{},
 	}
+	// A Get of an absent key (a new thread's marker, a new run id) would
+	// otherwise search every table whose range holds it: nearly all.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		cache.Unref()

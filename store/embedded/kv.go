@@ -34,6 +34,9 @@ type Tx struct {
 	}
 	w       *pebble.Batch // nil in a read
 	closers []io.Closer
+	// markers remembers the thread buckets this transaction found or
+	// made: a step asks for its thread's bucket several times.
+	markers map[string]bool
 	err     error // the first failure of a read that had no error to return
 }
 
@@ -83,20 +86,33 @@ func (b *Bucket) leaf(key []byte) []byte {
 // name's marker is absent.
 func (b *Bucket) Bucket(name []byte) *Bucket {
 	c := &Bucket{tx: b.tx, prefix: childPrefix(b.prefix, name)}
-	if b.marked && b.tx.get(c.prefix) == nil {
+	if b.marked && !b.tx.marked(c.prefix) {
 		return nil
 	}
 	return c
+}
+
+func (tx *Tx) marked(prefix []byte) bool {
+	if ok, seen := tx.markers[string(prefix)]; seen {
+		return ok
+	}
+	ok := tx.get(prefix) != nil
+	if tx.markers == nil {
+		tx.markers = make(map[string]bool, 4)
+	}
+	tx.markers[string(prefix)] = ok
+	return ok
 }
 
 // CreateBucketIfNotExists opens the child bucket name, writing its marker
 // when b's children are marked.
 func (b *Bucket) CreateBucketIfNotExists(name []byte) (*Bucket, error) {
 	c := &Bucket{tx: b.tx, prefix: childPrefix(b.prefix, name)}
-	if b.marked && b.tx.get(c.prefix) == nil {
+	if b.marked && !b.tx.marked(c.prefix) {
 		if err := b.tx.set(c.prefix, nil); err != nil {
 			return nil, err
 		}
+		b.tx.markers[string(c.prefix)] = true
 	}
 	return c, b.tx.err
 }
@@ -107,6 +123,7 @@ func (b *Bucket) DeleteBucket(name []byte) error {
 	if b.tx.w == nil {
 		return errReadOnly
 	}
+	delete(b.tx.markers, string(p))
 	return b.tx.w.DeleteRange(p, prefixEnd(p), nil)
 }
 
