@@ -189,8 +189,8 @@ func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error)
 	fs := &walFS{FS: opts.FS, deferSync: opts.NoSync || opts.Fsync == FsyncInterval, logs: map[*walFile]struct{}{}}
 	cache := pebble.NewCache(64 << 20)
 	po := &pebble.Options{
-		FS:           fs,
-		Cache:        cache,
+		FS:    fs,
+		Cache: cache,
 		// pebble's default. 32 MiB cost more, not less: a Get's seek in a
 		// larger skiplist misses the CPU caches more (chat turns:
 		// 0.168 CPU s per 1,000 at 32 MiB, 0.160 at 4 MiB).
