@@ -130,6 +130,9 @@ connections:
 		{"GET", "/api/threads/th1/runs/nope/events", tenant, 404},
 		{"GET", "/api/threads/th1/runs/bad!id/events", tenant, 400},
 		{"GET", "/api/threads/th1/runs/" + r1 + "/events", nil, 401},
+		{"GET", "/api/threads/nope/runs/active", tenant, 404},
+		{"GET", "/api/threads/nope/runs/" + r1 + "/events", tenant, 404},
+		{"POST", "/api/threads/th1/runs/" + r1 + "/cancel", tenant, 202}, // ended: answered as it is
 		{"POST", "/api/threads/th1/runs/nope/cancel", tenant, 404},
 		{"POST", "/api/threads/th1/runs/bad!id/cancel", tenant, 400},
 		{"POST", "/api/threads/th1/runs/" + r1 + "/cancel", nil, 401},
@@ -156,6 +159,8 @@ connections:
 		{"GET", "/admin/threads/t1/th1/export", nil, 401},
 		{"GET", "/admin/threads/t1/th1/runs/" + r1, adm, 200},
 		{"GET", "/admin/threads/t1/th1/runs/nope", adm, 404},
+		{"GET", "/admin/threads/t1/th1/runs/bad!id", adm, 400},
+		{"GET", "/admin/threads/t1/bad!id/runs/" + r1, adm, 400},
 		{"GET", "/admin/threads/t1/th1/runs/" + r1, nil, 401},
 		{"DELETE", "/admin/threads/t1/th2", adm, 409},
 		{"POST", "/api/threads/th2/runs/" + r2 + "/cancel", tenant, 202},

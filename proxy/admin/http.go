@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -111,6 +112,16 @@ func Routes() []route.Route {
 // stored non-stream answer ("response") and, where the connection keeps it
 // (audit.upstream_body), the body sent upstream ("upstream_body").
 func (h *Handler) run(ctx *fasthttp.RequestCtx, k store.Key, runID string) {
+	// An id the store cannot hold is the caller's mistake (400, as on the
+	// thread routes), not a store outage.
+	err := k.Validate()
+	if err == nil {
+		err = store.ValidID(runID)
+	}
+	if err != nil {
+		h.badInput(ctx, fmt.Errorf("%w: %w", ErrBadFilter, err))
+		return
+	}
 	rctx, cancel := h.storeCtx(1)
 	defer cancel()
 	run, err := h.store.GetRun(rctx, k, runID)
