@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -11,10 +13,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/chronicle-proxy/chronicle/proxy/admin"
 	"github.com/chronicle-proxy/chronicle/proxy/api"
+	"github.com/chronicle-proxy/chronicle/store"
 )
 
 // openAPIMethods are the operation keys of an OpenAPI path item.
@@ -70,6 +74,29 @@ func TestOpenAPIRoutes(t *testing.T) {
 	}
 }
 
+// TestOpenAPIServed: GET /openapi.json answers the embedded document to
+// anyone (the proxy has client keys and an admin token, and neither is
+// asked for), HEAD its head, any other method a 405.
+func TestOpenAPIServed(t *testing.T) {
+	p := startProxy(t, nil, `
+admin: {token: adm}
+clients: [{key: ck, tenant: t1}]
+connections:
+  - {name: a, provider: openai, base_url: "http://127.0.0.1:1", keys: [up]}
+`)
+	resp, body := do(t, "GET", p.URL+"/openapi.json", "")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || !bytes.Equal(body, openAPIDoc) {
+		t.Fatalf("GET: %d %q, %d bytes (want the %d of openapi.json)", resp.StatusCode, resp.Header.Get("Content-Type"), len(body), len(openAPIDoc))
+	}
+	if resp, body := do(t, "HEAD", p.URL+"/openapi.json", ""); resp.StatusCode != 200 || len(body) != 0 {
+		t.Fatalf("HEAD: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	resp, body = do(t, "POST", p.URL+"/openapi.json", "")
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "GET, HEAD" || !strings.Contains(string(body), `"code":"method_not_allowed"`) {
+		t.Fatalf("POST: %d Allow %q %s", resp.StatusCode, resp.Header.Get("Allow"), body)
+	}
+}
+
 func sortedKeys(m map[string]bool) []string {
 	var out []string
 	for k := range m {
@@ -88,12 +115,15 @@ func sortedKeys(m map[string]bool) []string {
 func TestOpenAPIDocument(t *testing.T) {
 	doc := loadOpenAPI(t)
 	m := startMock(t)
-	p := startProxyWith(t, m, `
+	st := &downStore{Store: openEmbedded(t, t.TempDir())}
+	cfg := `
 admin: {token: adm}
 clients: [{key: ck, tenant: t1}]
 connections:
   - {name: a, provider: openai, base_url: "${MOCK}", keys: [up]}
-`, openEmbedded(t, t.TempDir()))
+`
+	p := startProxyWith(t, m, cfg, st)
+	noStore := startProxy(t, m, cfg)
 
 	// A finished thread (th1) and one with a run in flight (th2, held on
 	// the mock's gate until it is cancelled).
@@ -112,11 +142,36 @@ connections:
 
 	tenant := []string{"Authorization", "Bearer ck"}
 	adm := []string{"Authorization", "Bearer adm"}
-	calls := []struct {
+	type call struct {
 		method, path string
 		hdr          []string
 		want         int
-	}{
+	}
+	succeeded := map[string]bool{}
+	sc := &schemaChecker{doc: doc}
+	exercise := func(base string, calls []call) {
+		t.Helper()
+		for _, c := range calls {
+			name := c.method + " " + c.path
+			tmpl, op := findOperation(doc, c.method, c.path)
+			if op == nil {
+				t.Errorf("%s: no documented operation", name)
+				continue
+			}
+			resp, body := do(t, c.method, base+c.path, "", c.hdr...)
+			if resp.StatusCode != c.want {
+				t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, c.want, body)
+				continue
+			}
+			if resp.StatusCode < 300 {
+				succeeded[c.method+" "+tmpl] = true
+			}
+			for _, e := range sc.checkResponse(op, resp, body) {
+				t.Errorf("%s (%d): %s", name, resp.StatusCode, e)
+			}
+		}
+	}
+	exercise(p.URL, []call{
 		{"GET", "/api/threads/th1", tenant, 200},
 		{"GET", "/api/threads/th1", nil, 401},
 		{"GET", "/api/threads/th1", []string{"Authorization", "Bearer nope"}, 401},
@@ -170,28 +225,38 @@ connections:
 		{"DELETE", "/admin/threads/t1/bad!id", adm, 400},
 
 		{"GET", "/openapi.json", nil, 200},
-	}
-	succeeded := map[string]bool{}
-	sc := &schemaChecker{doc: doc}
-	for _, c := range calls {
-		name := c.method + " " + c.path
-		tmpl, op := findOperation(doc, c.method, c.path)
-		if op == nil {
-			t.Errorf("%s: no documented operation", name)
-			continue
-		}
-		resp, body := do(t, c.method, p.URL+c.path, "", c.hdr...)
-		if resp.StatusCode != c.want {
-			t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, c.want, body)
-			continue
-		}
-		if resp.StatusCode < 300 {
-			succeeded[c.method+" "+tmpl] = true
-		}
-		for _, e := range sc.checkResponse(op, resp, body) {
-			t.Errorf("%s (%d): %s", name, resp.StatusCode, e)
-		}
-	}
+	})
+
+	// A proxy without a store: its API has nothing to read.
+	exercise(noStore.URL, []call{
+		{"GET", "/api/threads/th1", tenant, 404},
+		{"GET", "/admin/threads", adm, 404},
+		{"GET", "/admin/threads", nil, 401},
+		{"GET", "/openapi.json", nil, 200},
+	})
+
+	// The store down: every route that reads it is a 503. The cancelled
+	// run has ended first, so nothing of the turn is left to write.
+	waitFor(t, "the cancelled run to end", func() bool {
+		resp, _ := do(t, "GET", p.URL+"/api/threads/th2/runs/active", "", tenant...)
+		return resp.StatusCode == 404
+	})
+	st.down.Store(true)
+	exercise(p.URL, []call{
+		{"GET", "/api/threads/th2", tenant, 503},
+		{"GET", "/api/threads/th2/runs/active", tenant, 503},
+		{"GET", "/api/threads/th2/runs/" + r2 + "/events", tenant, 503},
+		{"POST", "/api/threads/th2/runs/" + r2 + "/cancel", tenant, 503},
+		{"GET", "/admin/threads", adm, 503},
+		{"GET", "/admin/export", adm, 503},
+		{"GET", "/admin/usage", adm, 503},
+		{"GET", "/admin/threads/t1/th2", adm, 503},
+		{"DELETE", "/admin/threads/t1/th2", adm, 503},
+		{"GET", "/admin/threads/t1/th2/export", adm, 503},
+		{"GET", "/admin/threads/t1/th2/runs/" + r2, adm, 503},
+	})
+	st.down.Store(false)
+
 	for path, item := range doc["paths"].(map[string]any) {
 		for _, meth := range openAPIMethods {
 			if _, ok := item.(map[string]any)[meth]; ok && !succeeded[strings.ToUpper(meth)+" "+path] {
@@ -199,6 +264,71 @@ connections:
 			}
 		}
 	}
+}
+
+// downStore is a store whose reads fail while down is set, as an
+// unreachable one's do.
+type downStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+var errStoreDown = errors.New("test: the store is down")
+
+func (d *downStore) err() error {
+	if d.down.Load() {
+		return errStoreDown
+	}
+	return nil
+}
+
+func (d *downStore) Ping(ctx context.Context) error {
+	if err := d.err(); err != nil {
+		return err
+	}
+	return d.Store.Ping(ctx)
+}
+
+func (d *downStore) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
+	if err := d.err(); err != nil {
+		return store.Thread{}, err
+	}
+	return d.Store.LoadThread(ctx, k)
+}
+
+func (d *downStore) DeleteThread(ctx context.Context, k store.Key) error {
+	if err := d.err(); err != nil {
+		return err
+	}
+	return d.Store.DeleteThread(ctx, k)
+}
+
+func (d *downStore) GetRun(ctx context.Context, k store.Key, runID string) (store.Run, error) {
+	if err := d.err(); err != nil {
+		return store.Run{}, err
+	}
+	return d.Store.GetRun(ctx, k, runID)
+}
+
+func (d *downStore) ListRuns(ctx context.Context, k store.Key) ([]store.Run, error) {
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return d.Store.ListRuns(ctx, k)
+}
+
+func (d *downStore) RequestCancel(ctx context.Context, k store.Key, runID string) (store.Run, error) {
+	if err := d.err(); err != nil {
+		return store.Run{}, err
+	}
+	return d.Store.RequestCancel(ctx, k, runID)
+}
+
+func (d *downStore) ListThreads(ctx context.Context, q store.ThreadQuery) (store.ThreadPage, error) {
+	if err := d.err(); err != nil {
+		return store.ThreadPage{}, err
+	}
+	return d.Store.ListThreads(ctx, q)
 }
 
 // findOperation returns the documented path template that path (query
@@ -274,14 +404,22 @@ func (c *schemaChecker) checkResponse(op map[string]any, resp *http.Response, bo
 		}
 	}
 	r = c.resolve(r)
+	var errs []string
+	headers, _ := r["headers"].(map[string]any)
+	for _, name := range sortedKeys(keysOf(headers)) {
+		h := c.resolve(headers[name].(map[string]any))
+		if h["required"] == true && resp.Header.Get(name) == "" {
+			errs = append(errs, "required header "+name+" is missing")
+		}
+	}
 	content, _ := r["content"].(map[string]any)
 	if len(content) == 0 {
-		return nil
+		return errs
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	media, ok := content[ct].(map[string]any)
 	if !ok {
-		return []string{fmt.Sprintf("content type %q is not documented (%v)", ct, sortedKeys(keysOf(content)))}
+		return append(errs, fmt.Sprintf("content type %q is not documented (%v)", ct, sortedKeys(keysOf(content))))
 	}
 	schema, _ := media["schema"].(map[string]any)
 	var docs [][]byte
@@ -295,12 +433,11 @@ func (c *schemaChecker) checkResponse(op map[string]any, resp *http.Response, bo
 			}
 		}
 		if len(docs) == 0 {
-			return []string{"no JSONL line"}
+			return append(errs, "no JSONL line")
 		}
 	default:
-		return nil // an event stream: a string, nothing to parse
+		return errs // an event stream: a string, nothing to parse
 	}
-	var errs []string
 	for _, d := range docs {
 		dec := json.NewDecoder(bytes.NewReader(d))
 		dec.UseNumber()

@@ -83,6 +83,7 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"small upstream head", "limits: {max_upstream_header_bytes: 512}", []string{"limits.max_upstream_header_bytes: must be at least 1024, got 512"}},
 		{"event window too long", "store: {event_batch_window: 2s}", []string{"store.event_batch_window: must be between 1ms and 1s"}},
 		{"reserved name", "connections: [{name: api, provider: openai, base_url: 'http://x'}]", []string{`.name: "api" is reserved`}},
+		{"reserved name openapi.json", "connections: [{name: openapi.json, provider: openai, base_url: 'http://x'}]", []string{`.name: "openapi.json" is reserved`}},
 		{"duplicate name", "connections: [{name: a, provider: openai, base_url: 'http://x'}, {name: a, provider: openai, base_url: 'http://y'}]", []string{"same name as connections[0]"}},
 		{"bad provider", "connections: [{name: a, provider: claude, base_url: 'http://x'}]", []string{"connections[0] (a).provider: want openai"}},
 		{"bad base_url", "connections: [{name: a, provider: openai, base_url: 'ftp://x'}]", []string{"connections[0] (a).base_url: want an http"}},
