@@ -22,6 +22,9 @@ type admission struct {
 	streamSlot, slot   limiter.Slot
 	key                *limiter.KeyLease
 	released           bool
+	// tenantRefused: the tenant's rate limit refused the request (its
+	// policies, not the connection's, go in the 429's headers).
+	tenantRefused bool
 	// order is the request's place in the connection's dispatch order
 	// (with a gate slot; nil without).
 	order *orderTicket
@@ -64,14 +67,15 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool
 				s.refuse(ctx, ex, a, err)
 				return nil, false
 			}
-			setRateHeaders(ctx, a.connRes)
 		}
 		if pt := s.cfg.Limits.PerTenant; pt.RPM > 0 || pt.TPM > 0 {
 			if a.tenantRes, err = s.rates.Admit(rctx, "tenant:"+ex.tenant, limiter.Limits{RPM: pt.RPM, TPM: pt.TPM}, tokens); err != nil {
+				a.tenantRefused = true
 				s.refuse(ctx, ex, a, err)
 				return nil, false
 			}
 		}
+		setRateHeaders(ctx, a.connRes, a.tenantRes)
 	}
 	if n := s.cfg.Limits.PerTenant.MaxStreams; n > 0 && ex.op.Stream {
 		slot, err := s.gates.Gate("tenant:"+ex.tenant, limiter.GateConfig{MaxConcurrent: n, MaxWaiting: -1}).Acquire(limitCtx())
@@ -129,6 +133,12 @@ func (s *Server) refuse(ctx *fasthttp.RequestCtx, ex *exchange, a *admission, er
 		}
 		apierr.Write(ctx, ex.ad, apierr.Retry(code, retry, msg))
 		setQuotaHeaders(ctx, rl.Requests, rl.Tokens)
+		scope := connPolicies
+		if a.tenantRefused {
+			scope = tenantPolicies
+		}
+		var buf [2]ratePolicy
+		setPolicyHeaders(&ctx.Response.Header, retry, scope.append(buf[:0], rl.Requests, rl.Tokens))
 	case errors.Is(err, limiter.ErrQueueFull):
 		s.metrics.Rejected(ex.up.cfg.Name, "queue_full")
 		apierr.Write(ctx, ex.ad, apierr.Retry(apierr.QueueFull, 1,
@@ -214,11 +224,23 @@ func (a *admission) settle(usage adapters.Usage, status int, retryAfter time.Dur
 	a.releaseSlots()
 }
 
-// setRateHeaders adds OpenAI-style x-ratelimit-* headers for an admitted
-// request.
-func setRateHeaders(ctx *fasthttp.RequestCtx, r limiter.Reservation) {
-	req, tok := r.Quota()
-	setQuotaHeaders(ctx, req, tok)
+// setRateHeaders adds the headers of an admitted request: OpenAI-style
+// x-ratelimit-* for the connection's limits (conn, nil without), and the
+// IETF RateLimit-Policy / RateLimit for the connection's and the tenant's
+// (tenant, nil without).
+func setRateHeaders(ctx *fasthttp.RequestCtx, conn, tenant limiter.Reservation) {
+	var buf [4]ratePolicy
+	pols := buf[:0]
+	if conn != nil {
+		req, tok := conn.Quota()
+		setQuotaHeaders(ctx, req, tok)
+		pols = connPolicies.append(pols, req, tok)
+	}
+	if tenant != nil {
+		req, tok := tenant.Quota()
+		pols = tenantPolicies.append(pols, req, tok)
+	}
+	setPolicyHeaders(&ctx.Response.Header, 0, pols)
 }
 
 func setQuotaHeaders(ctx *fasthttp.RequestCtx, req, tok limiter.Quota) {
@@ -233,6 +255,90 @@ func setQuotaHeaders(ctx *fasthttp.RequestCtx, req, tok limiter.Quota) {
 		h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(tok.Remaining, 10))
 		h.Set("x-ratelimit-reset-tokens", formatReset(tok.Reset))
 	}
+}
+
+// ratePolicy is one rate limit as the IETF headers name it: the policy's
+// name, its quota unit ("" for the draft's default, requests) and its
+// state after the admission decision.
+type ratePolicy struct {
+	name, unit string
+	q          limiter.Quota
+}
+
+// policyNames name a limiter key's two limits (requests, tokens).
+type policyNames struct{ requests, tokens string }
+
+var (
+	connPolicies   = policyNames{"requests", "tokens"}
+	tenantPolicies = policyNames{"tenant-requests", "tenant-tokens"}
+)
+
+// append adds the policies of a key's quotas to pols, leaving out a limit
+// that is not configured (Limit 0).
+func (p policyNames) append(pols []ratePolicy, req, tok limiter.Quota) []ratePolicy {
+	if req.Limit > 0 {
+		pols = append(pols, ratePolicy{name: p.requests, q: req})
+	}
+	if tok.Limit > 0 {
+		pols = append(pols, ratePolicy{name: p.tokens, unit: "tokens", q: tok})
+	}
+	return pols
+}
+
+// setPolicyHeaders writes the rate limits in the form of the IETF draft
+// "RateLimit header fields for HTTP", draft-ietf-httpapi-ratelimit-headers-11
+// (23 May 2026), beside the x-ratelimit-* ones:
+//
+//	RateLimit-Policy: "requests";q=60;w=60, "tokens";q=1000;qu="tokens";w=60
+//	RateLimit: "requests";r=59;t=1, "tokens";r=784;t=13
+//
+// Both are Structured Field Lists (RFC 9651) of String items, one per
+// limit. q is the limit per window and w the window in seconds (every
+// chronicle limit counts over limiter.Window, a minute); qu is the quota
+// unit, left out for requests (the draft's default) and "tokens" for
+// token limits ("tokens" is not among the units the draft registers,
+// but leaving qu out would claim requests). r is what may pass at once
+// (Quota.Remaining) and t the whole seconds, rounded up, until the bucket
+// is full again (Quota.Reset, as x-ratelimit-reset-* says it): the draft's
+// "effective window", which like a fixed window's end says when the quota
+// is restored. On a 429 (retry > 0) t is at most Retry-After, as the draft
+// asks (section 6: Retry-After should not point earlier than the end of
+// the effective window). Nothing is written without policies.
+func setPolicyHeaders(h *fasthttp.ResponseHeader, retry int, pols []ratePolicy) {
+	if len(pols) == 0 {
+		return
+	}
+	var pb, rb [160]byte
+	p, r := pb[:0], rb[:0]
+	for i, pol := range pols {
+		if i > 0 {
+			p, r = append(p, ", "...), append(r, ", "...)
+		}
+		p = append(p, '"')
+		p = append(p, pol.name...)
+		p = append(p, `";q=`...)
+		p = strconv.AppendInt(p, pol.q.Limit, 10)
+		if pol.unit != "" {
+			p = append(p, `;qu="`...)
+			p = append(p, pol.unit...)
+			p = append(p, '"')
+		}
+		p = append(p, ";w="...)
+		p = strconv.AppendInt(p, int64(limiter.Window/time.Second), 10)
+
+		t := int64(math.Ceil(pol.q.Reset.Seconds()))
+		if retry > 0 && t > int64(retry) {
+			t = int64(retry)
+		}
+		r = append(r, '"')
+		r = append(r, pol.name...)
+		r = append(r, `";r=`...)
+		r = strconv.AppendInt(r, pol.q.Remaining, 10)
+		r = append(r, ";t="...)
+		r = strconv.AppendInt(r, t, 10)
+	}
+	h.SetBytesV("RateLimit-Policy", p)
+	h.SetBytesV("RateLimit", r)
 }
 
 // formatReset writes a duration the way OpenAI's headers do ("1s", "6m0s").

@@ -315,6 +315,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	case "debug":
 		s.admin.ServePprof(ctx)
 		return
+	case "openapi.json":
+		serveOpenAPI(ctx)
+		return
 	}
 	up := s.conns[string(first)]
 	if up == nil {

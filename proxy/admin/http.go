@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/route"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/threaddoc"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
@@ -31,7 +33,8 @@ import (
 //	GET    /admin/threads/{tenant}/{thread}/runs/{run}  one run, with its stored answer and upstream body
 //
 // Path segments are URL-unescaped, so a tenant with '/' or '%' travels as
-// %2F / %25.
+// %2F / %25. The table routes below is what is served; the list above is
+// its summary.
 func (h *Handler) ServeAdmin(ctx *fasthttp.RequestCtx, rest []byte) {
 	if !h.authorized(ctx) {
 		return
@@ -50,33 +53,75 @@ func (h *Handler) ServeAdmin(ctx *fasthttp.RequestCtx, rest []byte) {
 		}
 		parts = append(parts, u)
 	}
-	a := h.audit
 	method := string(ctx.Method())
-	switch {
-	case len(parts) == 1 && parts[0] == "threads" && method == "GET":
-		h.list(ctx, a)
-	case len(parts) == 1 && parts[0] == "export" && method == "GET":
-		h.export(ctx, a)
-	case len(parts) == 1 && parts[0] == "usage" && method == "GET":
-		h.usage(ctx, a)
-	case len(parts) == 3 && parts[0] == "threads" && method == "GET":
-		h.thread(ctx, a, store.Key{Tenant: parts[1], Thread: parts[2]})
-	case len(parts) == 3 && parts[0] == "threads" && method == "DELETE":
-		h.delete(ctx, a, store.Key{Tenant: parts[1], Thread: parts[2]})
-	case len(parts) == 4 && parts[0] == "threads" && parts[3] == "export" && method == "GET":
-		h.exportThread(ctx, a, store.Key{Tenant: parts[1], Thread: parts[2]})
-	case len(parts) == 5 && parts[0] == "threads" && parts[3] == "runs" && method == "GET":
-		h.run(ctx, store.Key{Tenant: parts[1], Thread: parts[2]}, parts[4])
-	default:
-		apierr.Write(ctx, h.shape, apierr.New(apierr.NotFound,
-			"No such admin route."))
+	for _, r := range routes {
+		if vals, ok := r.Match("/admin", method, parts); ok {
+			r.serve(h, ctx, h.audit, vals)
+			return
+		}
 	}
+	apierr.Write(ctx, h.shape, apierr.New(apierr.NotFound,
+		"No such admin route."))
+}
+
+// adminRoute is one /admin route: its pattern and what serves it, given
+// the values of the pattern's {name} segments in order.
+type adminRoute struct {
+	route.Route
+	serve func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, vals []string)
+}
+
+// routes are every /admin route; ServeAdmin dispatches by them and Routes
+// lists them (the OpenAPI document's test compares the two). A request
+// that matches none is a 404 not_found.
+var routes = []adminRoute{
+	{route.Route{Method: "GET", Path: "/admin/threads"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, _ []string) { h.list(ctx, a) }},
+	{route.Route{Method: "GET", Path: "/admin/export"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, _ []string) { h.export(ctx, a) }},
+	{route.Route{Method: "GET", Path: "/admin/usage"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, _ []string) { h.usage(ctx, a) }},
+	{route.Route{Method: "GET", Path: "/admin/threads/{tenant}/{thread}"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, v []string) {
+			h.thread(ctx, a, store.Key{Tenant: v[0], Thread: v[1]})
+		}},
+	{route.Route{Method: "DELETE", Path: "/admin/threads/{tenant}/{thread}"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, v []string) {
+			h.delete(ctx, a, store.Key{Tenant: v[0], Thread: v[1]})
+		}},
+	{route.Route{Method: "GET", Path: "/admin/threads/{tenant}/{thread}/export"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, v []string) {
+			h.exportThread(ctx, a, store.Key{Tenant: v[0], Thread: v[1]})
+		}},
+	{route.Route{Method: "GET", Path: "/admin/threads/{tenant}/{thread}/runs/{run}"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, _ *Audit, v []string) {
+			h.run(ctx, store.Key{Tenant: v[0], Thread: v[1]}, v[2])
+		}},
+}
+
+// Routes lists every route ServeAdmin answers, in full ("/admin/...").
+func Routes() []route.Route {
+	out := make([]route.Route, len(routes))
+	for i, r := range routes {
+		out[i] = r.Route
+	}
+	return out
 }
 
 // run answers one run with what only a single-run read carries: the
 // stored non-stream answer ("response") and, where the connection keeps it
 // (audit.upstream_body), the body sent upstream ("upstream_body").
 func (h *Handler) run(ctx *fasthttp.RequestCtx, k store.Key, runID string) {
+	// An id the store cannot hold is the caller's mistake (400, as on the
+	// thread routes), not a store outage.
+	err := k.Validate()
+	if err == nil {
+		err = store.ValidID(runID)
+	}
+	if err != nil {
+		h.badInput(ctx, fmt.Errorf("%w: %w", ErrBadFilter, err))
+		return
+	}
 	rctx, cancel := h.storeCtx(1)
 	defer cancel()
 	run, err := h.store.GetRun(rctx, k, runID)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/route"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/threaddoc"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
@@ -86,29 +87,56 @@ func (s *Handler) Serve(ctx *fasthttp.RequestCtx, rest []byte) {
 	}
 	k := store.Key{Tenant: tenant, Thread: parts[1]}
 	method := string(ctx.Method())
-	switch {
-	case len(parts) == 2 && method == "GET":
-		s.apiThread(ctx, k)
-	case len(parts) == 4 && parts[2] == "runs" && parts[3] == "active" && method == "GET":
-		s.apiActiveRun(ctx, k)
-	case len(parts) == 5 && parts[2] == "runs" && parts[4] == "events" && method == "GET":
-		if store.ValidID(parts[3]) != nil {
-			apierr.Write(ctx, ad, apierr.New(apierr.InvalidRunID,
-				"The run id must be 1-128 characters of [A-Za-z0-9._:-]."))
-			return
+	for _, r := range routes {
+		vals, ok := r.Match("/api", method, parts)
+		if !ok {
+			continue
 		}
-		s.apiEvents(ctx, k, parts[3])
-	case len(parts) == 5 && parts[2] == "runs" && parts[4] == "cancel" && method == "POST":
-		if store.ValidID(parts[3]) != nil {
-			apierr.Write(ctx, ad, apierr.New(apierr.InvalidRunID,
-				"The run id must be 1-128 characters of [A-Za-z0-9._:-]."))
-			return
+		run := ""
+		if len(vals) > 1 {
+			run = vals[1]
+			if store.ValidID(run) != nil {
+				apierr.Write(ctx, ad, apierr.New(apierr.InvalidRunID,
+					"The run id must be 1-128 characters of [A-Za-z0-9._:-]."))
+				return
+			}
 		}
-		s.apiCancel(ctx, k, parts[3])
-	default:
-		apierr.Write(ctx, ad, apierr.New(apierr.NotFound,
-			"No such API route."))
+		r.serve(s, ctx, k, run)
+		return
 	}
+	apierr.Write(ctx, ad, apierr.New(apierr.NotFound,
+		"No such API route."))
+}
+
+// apiRoute is one /api route: its pattern ({thread} first, then {run}
+// where it has one) and what serves it, given the thread's key and the
+// run id ("" without one), both already checked.
+type apiRoute struct {
+	route.Route
+	serve func(s *Handler, ctx *fasthttp.RequestCtx, k store.Key, run string)
+}
+
+// routes are every /api route; Serve dispatches by them and Routes lists
+// them (the OpenAPI document's test compares the two). A request that
+// matches none is a 404 not_found.
+var routes = []apiRoute{
+	{route.Route{Method: "GET", Path: "/api/threads/{thread}"},
+		func(s *Handler, ctx *fasthttp.RequestCtx, k store.Key, _ string) { s.apiThread(ctx, k) }},
+	{route.Route{Method: "GET", Path: "/api/threads/{thread}/runs/active"},
+		func(s *Handler, ctx *fasthttp.RequestCtx, k store.Key, _ string) { s.apiActiveRun(ctx, k) }},
+	{route.Route{Method: "GET", Path: "/api/threads/{thread}/runs/{run}/events"},
+		(*Handler).apiEvents},
+	{route.Route{Method: "POST", Path: "/api/threads/{thread}/runs/{run}/cancel"},
+		(*Handler).apiCancel},
+}
+
+// Routes lists every route Serve answers, in full ("/api/...").
+func Routes() []route.Route {
+	out := make([]route.Route, len(routes))
+	for i, r := range routes {
+		out[i] = r.Route
+	}
+	return out
 }
 
 // storeError answers a failed store read.

@@ -281,7 +281,7 @@ func (c *Connection) URL() *url.URL { return c.baseURL }
 
 // ReservedNames are first path segments that belong to chronicle itself and
 // cannot name a connection.
-var ReservedNames = []string{"api", "admin", "healthz", "readyz", "metrics", "ui", "debug"}
+var ReservedNames = []string{"api", "admin", "healthz", "readyz", "metrics", "ui", "debug", "openapi.json"}
 
 var connectionName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 

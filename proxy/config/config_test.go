@@ -85,6 +85,7 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"fsync unknown", "store: {fsync: sometimes}", []string{`store.fsync: want always or interval, got "sometimes"`}},
 		{"fsync interval too long", "store: {fsync_interval: 2m}", []string{"store.fsync_interval: must be between 1ms and 1m"}},
 		{"reserved name", "connections: [{name: api, provider: openai, base_url: 'http://x'}]", []string{`.name: "api" is reserved`}},
+		{"reserved name openapi.json", "connections: [{name: openapi.json, provider: openai, base_url: 'http://x'}]", []string{`.name: "openapi.json" is reserved`}},
 		{"duplicate name", "connections: [{name: a, provider: openai, base_url: 'http://x'}, {name: a, provider: openai, base_url: 'http://y'}]", []string{"same name as connections[0]"}},
 		{"bad provider", "connections: [{name: a, provider: claude, base_url: 'http://x'}]", []string{"connections[0] (a).provider: want openai"}},
 		{"bad base_url", "connections: [{name: a, provider: openai, base_url: 'ftp://x'}]", []string{"connections[0] (a).base_url: want an http"}},
