@@ -63,7 +63,7 @@ func (s *Store) committer() {
 func (s *Store) write(ops []op) error {
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
-	tx := &Tx{r: b, w: b}
+	tx := &Tx{r: b, w: b, hot: s.hot}
 	var err error
 	for _, o := range ops {
 		if err = o.fn(tx); err != nil {
@@ -73,11 +73,19 @@ func (s *Store) write(ops []op) error {
 	if eerr := tx.end(); err == nil {
 		err = eerr
 	}
-	if err != nil || b.Empty() {
+	if err != nil {
 		return err
 	}
+	if b.Empty() {
+		s.hot.fill(tx.fills)
+		return nil
+	}
 	s.written.Add(int64(b.Len()))
-	return b.Commit(pebble.Sync)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	s.hot.fill(tx.fills)
+	return nil
 }
 
 var errClosed = errors.New("embedded store closed")

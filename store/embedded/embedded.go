@@ -83,6 +83,7 @@ type Options struct {
 type Store struct {
 	db    *pebble.DB
 	cache *pebble.Cache
+	hot   *hotCache // the committer's (hot.go)
 	// closing is held for reading by every read and write of db and for
 	// writing by Close: pebble panics on a closed DB, and a reader or
 	// writer must find closed set instead.
@@ -165,7 +166,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := migrate(dir); err != nil {
 		return nil, fmt.Errorf("embedded: migrating %s: %w", filepath.Join(dir, legacyFile), err)
 	}
-	s := &Store{opts: opts, blobDir: filepath.Join(dir, blobDir), ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), syncer: make(chan struct{}), waiters: map[string]chan struct{}{}}
+	s := &Store{opts: opts, blobDir: filepath.Join(dir, blobDir), hot: newHotCache(), ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), syncer: make(chan struct{}), waiters: map[string]chan struct{}{}}
 	db, cache, fs, err := openKV(filepath.Join(dir, kvDir), opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open: %w", err)

@@ -37,7 +37,11 @@ type Tx struct {
 	// markers remembers the thread buckets this transaction found or
 	// made: a step asks for its thread's bucket several times.
 	markers map[string]bool
-	err     error // the first failure of a read that had no error to return
+	// hot is the committer's cache (nil in a read); fills are the values
+	// this transaction read, as its own writes left them (hot.go).
+	hot   *hotCache
+	fills map[string]hotVal
+	err   error // the first failure of a read that had no error to return
 }
 
 func (tx *Tx) end() error {
@@ -124,6 +128,14 @@ func (b *Bucket) DeleteBucket(name []byte) error {
 		return errReadOnly
 	}
 	delete(b.tx.markers, string(p))
+	if b.tx.hot != nil {
+		for k := range b.tx.fills {
+			if len(k) >= len(p) && k[:len(p)] == string(p) {
+				b.tx.fills[k] = hotVal{}
+			}
+		}
+		b.tx.hot.dropRange(p)
+	}
 	return b.tx.w.DeleteRange(p, prefixEnd(p), nil)
 }
 
@@ -141,7 +153,9 @@ func (b *Bucket) Delete(key []byte) error {
 	if b.tx.w == nil {
 		return errReadOnly
 	}
-	return b.tx.w.Delete(b.leaf(key), nil)
+	k := b.leaf(key)
+	b.tx.wrote(k, hotVal{})
+	return b.tx.w.Delete(k, nil)
 }
 
 // ForEach calls fn for each leaf of b in key order (not for child
@@ -229,6 +243,9 @@ func (c *Cursor) Next() ([]byte, []byte) {
 }
 
 func (tx *Tx) get(key []byte) []byte {
+	if tx.hot != nil {
+		return tx.getHot(key)
+	}
 	v, closer, err := tx.r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil
@@ -248,7 +265,53 @@ func (tx *Tx) set(key, value []byte) error {
 	if tx.w == nil {
 		return errReadOnly
 	}
+	tx.wrote(key, hotVal{v: value, ok: true})
 	return tx.w.Set(key, value, nil)
+}
+
+// getHot is get in the committer: from this transaction's fills, the hot
+// cache, or the batch (recorded in the fills).
+func (tx *Tx) getHot(key []byte) []byte {
+	hv, ok := tx.fills[string(key)]
+	if !ok {
+		hv, ok = tx.hot.get(key)
+	}
+	if !ok {
+		v, closer, err := tx.r.Get(key)
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+		case err != nil:
+			tx.fail(err)
+			return nil
+		default:
+			hv = hotVal{v: append([]byte{}, v...), ok: true}
+			closer.Close()
+		}
+		if tx.fills == nil {
+			tx.fills = make(map[string]hotVal, 8)
+		}
+		tx.fills[string(key)] = hv
+	}
+	if !hv.ok {
+		return nil
+	}
+	return hv.v
+}
+
+// wrote keeps the fills and the hot cache true to a write of key: a value
+// this transaction read takes the written one, any other leaves the cache.
+func (tx *Tx) wrote(key []byte, hv hotVal) {
+	if tx.hot == nil {
+		return
+	}
+	if _, ok := tx.fills[string(key)]; ok {
+		if hv.ok {
+			hv.v = append([]byte{}, hv.v...)
+		}
+		tx.fills[string(key)] = hv
+		return
+	}
+	tx.hot.drop(key)
 }
 
 // prefixEnd is the first key after every key starting with p.

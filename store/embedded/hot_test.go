@@ -1,0 +1,121 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/storetest"
+)
+
+// TestHotCacheChangesNothing runs the same random steps (starts, events,
+// finishes that append or rewrite, thread deletions, sweeps with expired
+// leases and event logs, session ids) on a store with the committer's hot
+// cache and one without, and fails on the first answer or stored key,
+// thread, run or event that differs.
+func TestHotCacheChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock()
+	open := func(hot bool) *Store {
+		s, err := Open(t.TempDir(), Options{NoSync: true, Now: clock.Now, EventRetention: time.Minute, MaxEvents: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hot {
+			s.hot = nil
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	stores := []*Store{open(true), open(false)}
+	rng := rand.New(rand.NewPCG(1, 2))
+	leases := make([]map[string]store.Lease, len(stores))
+	for i := range leases {
+		leases[i] = map[string]store.Lease{}
+	}
+	stored := map[string][]store.Hash{} // per thread, as the first store holds it
+	var succeeded [10]int               // per op, to show the steps did things
+	defer func() { t.Logf("steps that succeeded, per op: %v", succeeded) }()
+	for step := range 600 {
+		th := fmt.Sprintf("th%d", rng.IntN(3))
+		k := store.Key{Tenant: "t", Thread: th}
+		op := rng.IntN(10)
+		run := fmt.Sprintf("%s-r%d", th, rng.IntN(6))
+		msgs, hashes := storetest.Msgs(rng.IntN(50), 1+rng.IntN(3))
+		keep := rng.IntN(3)
+		ttl := time.Duration(1+rng.IntN(2)) * time.Minute
+		first := 1 + int64(rng.IntN(4))
+		prev := stored[th]
+		keep = min(keep, len(prev))
+		tr := store.Transcript{Keep: keep, Messages: msgs, Hashes: hashes}
+		if keep > 0 {
+			tr.KeepHash = prev[keep-1]
+		}
+		finished := false
+		answers := make([]string, len(stores))
+		for i, s := range stores {
+			var err error
+			var note string
+			switch op {
+			case 0, 1, 2:
+				var st *store.Started
+				st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: ttl, LoadThread: true})
+				if err == nil {
+					leases[i][th] = st.Lease
+					note = fmt.Sprintf("%v %d %v %v", st.Run.Status, len(st.Thread.Messages), st.Created, st.ThreadFound)
+				}
+			case 3, 4:
+				l := leases[i][th]
+				err = s.AppendEvents(ctx, l, first, [][]byte{[]byte("data: a\n\n"), []byte("data: b\n\n")})
+			case 5, 6:
+				l := leases[i][th]
+				tr := tr
+				err = s.Finish(ctx, l, &store.Finish{Status: store.Completed, Transcript: &tr})
+				finished = finished || (err == nil && i == 0)
+			case 7:
+				err = s.DeleteThread(ctx, k)
+				if i == 0 {
+					delete(stored, th)
+				}
+			case 8:
+				var lost []store.RunRef
+				lost, err = s.Sweep(ctx)
+				note = fmt.Sprint(lost)
+			case 9:
+				var id string
+				id, err = s.SessionID(ctx, "c", th, fmt.Sprintf("cand-%d", step))
+				note = id
+			}
+			answers[i] = fmt.Sprintf("%s %v", note, err)
+		}
+		if strings.HasSuffix(answers[0], "<nil>") {
+			succeeded[op]++
+		}
+		if finished {
+			stored[th] = append(append([]store.Hash{}, prev[:keep]...), hashes...)
+		}
+		if answers[0] != answers[1] {
+			t.Fatalf("step %d (op %d on %s): with the hot cache %q, without %q", step, op, th, answers[0], answers[1])
+		}
+		if step%7 == 0 {
+			clock.Advance(time.Duration(rng.IntN(90)) * time.Second)
+		}
+		got, err := summarize(ctx, stores[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := summarize(ctx, stores[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(string(want), string(got)); d != "" {
+			t.Fatalf("step %d (op %d on %s): the stores differ (-without +with the hot cache):\n%s", step, op, th, d)
+		}
+	}
+}
