@@ -15,9 +15,13 @@ import "encoding/binary"
 //
 // Entries are grouped by thread (the key's thread bucket prefix, "" for
 // keys outside threads), in two generations: when the newer holds
-// hotThreads threads it becomes the older and the older is dropped.
+// hotThreads threads or hotBytes of keys and values it becomes the older
+// and the older is dropped, so the cache holds at most twice that. A
+// thread's entries are dropped when they reach hotPerThread (a thread of
+// many runs would otherwise keep every run record it read).
 type hotCache struct {
 	cur, old map[string]map[string]hotVal
+	curBytes int
 }
 
 // hotVal is a cached value; ok is false for a key known to be absent.
@@ -26,7 +30,11 @@ type hotVal struct {
 	ok bool
 }
 
-const hotThreads = 4096
+const (
+	hotThreads   = 4096
+	hotBytes     = 16 << 20
+	hotPerThread = 64
+)
 
 func newHotCache() *hotCache {
 	return &hotCache{cur: map[string]map[string]hotVal{}, old: map[string]map[string]hotVal{}}
@@ -96,8 +104,8 @@ func (h *hotCache) fill(fills map[string]hotVal) {
 		th := string(threadOf([]byte(k)))
 		m, ok := h.cur[th]
 		if !ok {
-			if len(h.cur) >= hotThreads {
-				h.old, h.cur = h.cur, make(map[string]map[string]hotVal, hotThreads)
+			if len(h.cur) >= hotThreads || h.curBytes >= hotBytes {
+				h.old, h.cur, h.curBytes = h.cur, make(map[string]map[string]hotVal, hotThreads), 0
 			}
 			m = h.old[th]
 			delete(h.old, th)
@@ -106,6 +114,10 @@ func (h *hotCache) fill(fills map[string]hotVal) {
 			}
 			h.cur[th] = m
 		}
+		if len(m) >= hotPerThread {
+			clear(m)
+		}
 		m[k] = v
+		h.curBytes += len(k) + len(v.v)
 	}
 }

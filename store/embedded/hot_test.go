@@ -119,3 +119,37 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestHotCacheBounded: the cache keeps at most two generations of
+// hotThreads threads or hotBytes, and hotPerThread entries a thread.
+func TestHotCacheBounded(t *testing.T) {
+	h := newHotCache()
+	big := make([]byte, 64<<10)
+	for th := range 3 * hotThreads {
+		tp := childPrefix(threadsPrefix, []byte(fmt.Sprintf("t\x00th%d", th)))
+		fills := map[string]hotVal{}
+		for i := range 2 * hotPerThread {
+			fills[string(tp)+fmt.Sprint(i)] = hotVal{v: big[:th%4*1024], ok: true}
+		}
+		h.fill(fills)
+	}
+	entries, bytes := 0, 0
+	for _, gen := range []map[string]map[string]hotVal{h.cur, h.old} {
+		if len(gen) > hotThreads {
+			t.Fatalf("a generation of %d threads", len(gen))
+		}
+		for _, m := range gen {
+			if len(m) > hotPerThread {
+				t.Fatalf("a thread of %d entries", len(m))
+			}
+			for k, v := range m {
+				entries++
+				bytes += len(k) + len(v.v)
+			}
+		}
+	}
+	if bytes > 2*hotBytes+hotPerThread*(64<<10) {
+		t.Fatalf("%d entries hold %d bytes", entries, bytes)
+	}
+	t.Logf("%d entries, %d bytes", entries, bytes)
+}
