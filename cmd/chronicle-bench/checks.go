@@ -104,9 +104,9 @@ type StreamsCheck struct {
 	PeakRSSKB   int64   `json:"peak_rss_kb"`
 	KBPerStream float64 `json:"kb_per_stream"`
 	// The same for anonymous memory alone (RssAnon: heap, stacks), which
-	// leaves out file pages mapped in, such as the embedded store's
-	// database (bbolt reads it through mmap; the pages are the kernel's
-	// page cache, clean and reclaimable).
+	// leaves out file pages mapped in (the embedded store's bbolt file
+	// was read through mmap, before pebble, whose block cache is
+	// anonymous memory).
 	BaseAnonKB      int64   `json:"base_rss_anon_kb"`
 	PeakAnonKB      int64   `json:"peak_rss_anon_kb"`
 	AnonKBPerStream float64 `json:"anon_kb_per_stream"`
