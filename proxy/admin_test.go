@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -885,5 +886,42 @@ connections:
 				t.Fatalf("upstream auth %q", got)
 			}
 		})
+	}
+}
+
+// slowLoadStore takes delay over every thread it loads: an export of many
+// threads that lasts longer than limits.write_timeout in all while every
+// thread comes well within it.
+type slowLoadStore struct {
+	store.Store
+	delay time.Duration
+}
+
+func (s slowLoadStore) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
+	time.Sleep(s.delay) // the store's slowness, not synchronisation
+	return s.Store.LoadThread(ctx, k)
+}
+
+// TestAdminExportOutlastsWriteTimeout: fasthttp sets a response's write
+// deadline once; an export moves it on after every thread, so it is cut
+// only by a client that stops reading, not by write_timeout in all.
+func TestAdminExportOutlastsWriteTimeout(t *testing.T) {
+	st := openEmbedded(t, t.TempDir())
+	const n = 60
+	for i := range n {
+		seed(t, st, seedThread{key: store.Key{Tenant: "acme", Thread: fmt.Sprintf("slow-%02d", i)},
+			conn: "openai", format: "openai-chat", model: "gpt-4o",
+			msgs: []string{`{"role":"user","content":"hi"}`, `{"role":"assistant","content":"ok"}`},
+			runs: []seedRun{{status: store.Completed}}})
+	}
+	// 60 threads at 25 ms each take 1.5 s against a 500 ms write_timeout.
+	p := startProxyWith(t, startMock(t), adminConfig+"limits: {write_timeout: 500ms}\n", slowLoadStore{st, 25 * time.Millisecond})
+	resp, body := do(t, "GET", p.URL+"/admin/export", "", adminAuth...)
+	if resp.StatusCode != 200 {
+		t.Fatalf("export: %d %s", resp.StatusCode, body)
+	}
+	lines := bytes.Count(body, []byte("\n"))
+	if lines != n || bytes.Contains(body, []byte("\n{\"error\"")) {
+		t.Fatalf("export gave %d lines of %d (%d bytes)", lines, n, len(body))
 	}
 }

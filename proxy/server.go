@@ -198,7 +198,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.api = s.newTenantAPI()
 	s.admin = admin.New(admin.Options{Store: s.store, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
-		Logger: log, StoreTimeout: s.storeTimeout, Shape: openAIAdapter})
+		Logger: log, StoreTimeout: s.storeTimeout, WriteTimeout: cfg.Limits.WriteTimeout.D(), Shape: openAIAdapter})
 	if s.gates == nil {
 		s.gates = limiter.NewLocalGates()
 	}

@@ -40,6 +40,11 @@ type Options struct {
 	// StoreTimeout bounds one store call of an admin request (listing
 	// with text search and usage get twelve times it); 0 means 5s.
 	StoreTimeout time.Duration
+	// WriteTimeout is limits.write_timeout: an export stream moves its
+	// write deadline on by it after every thread, so a long export is cut
+	// only when the client stops reading, not after write_timeout in all.
+	// 0 means 30s.
+	WriteTimeout time.Duration
 	// Shape renders every error the handler answers: the OpenAI shape,
 	// whatever the route. Required.
 	Shape apierr.Shape
@@ -53,17 +58,21 @@ type Handler struct {
 	pprof        bool
 	log          *slog.Logger
 	storeTimeout time.Duration
+	writeTimeout time.Duration
 	shape        apierr.Shape
 }
 
 // New returns the handler of o.
 func New(o Options) *Handler {
-	h := &Handler{store: o.Store, token: o.Token, pprof: o.Pprof, log: o.Logger, storeTimeout: o.StoreTimeout, shape: o.Shape}
+	h := &Handler{store: o.Store, token: o.Token, pprof: o.Pprof, log: o.Logger, storeTimeout: o.StoreTimeout, writeTimeout: o.WriteTimeout, shape: o.Shape}
 	if h.log == nil {
 		h.log = slog.Default()
 	}
 	if h.storeTimeout <= 0 {
 		h.storeTimeout = 5 * time.Second
+	}
+	if h.writeTimeout <= 0 {
+		h.writeTimeout = 30 * time.Second
 	}
 	if o.Store != nil {
 		h.audit = NewAudit(o.Store)

@@ -263,10 +263,13 @@ func (h *Handler) export(ctx *fasthttp.RequestCtx, a *Audit) {
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("application/x-ndjson")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
+	// fasthttp sets the write deadline once, for the whole response: move
+	// it on as the export makes progress (as a stream's flushes do).
+	conn, timeout := ctx.Conn(), h.writeTimeout
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		ectx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		n, err := a.Export(ectx, q, w, nil)
+		n, err := a.Export(ectx, q, w, func(int) { _ = conn.SetWriteDeadline(time.Now().Add(timeout)) })
 		if err != nil {
 			h.log.Warn("admin export ended early", "threads", n, "err", err)
 			_, _ = w.Write(apierr.Body(h.shape, apierr.New(apierr.ExportFailed, "The export ended early: the store could not be read.")))

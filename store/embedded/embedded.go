@@ -74,6 +74,8 @@ type Options struct {
 	FsyncInterval time.Duration
 	// NoSync never syncs the log (tests and benchmarks of CPU cost only).
 	NoSync bool
+	// CacheBytes is the block cache, on the Go heap (default 64 MiB).
+	CacheBytes int64
 	// FS is the file system of the key space (tests: a crashable memory
 	// file system; default the operating system's).
 	FS vfs.FS
@@ -188,7 +190,10 @@ func Open(dir string, opts Options) (*Store, error) {
 // openKV opens the pebble key space in dir.
 func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error) {
 	fs := &walFS{FS: opts.FS, deferSync: opts.NoSync || opts.Fsync == FsyncInterval, logs: map[*walFile]struct{}{}}
-	cache := pebble.NewCache(64 << 20)
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = 64 << 20
+	}
+	cache := pebble.NewCache(opts.CacheBytes)
 	po := &pebble.Options{
 		FS:    fs,
 		Cache: cache,
