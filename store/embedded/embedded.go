@@ -48,6 +48,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -216,6 +217,9 @@ func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error)
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	po.LBaseMaxBytes = 256 << 20 // see MemTableSize
 	db, err := pebble.Open(dir, po)
+	if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held")) {
+		err = fmt.Errorf("%s is in use by another process (another chronicle on the same store.path?): %w", dir, err)
+	}
 	if err != nil {
 		cache.Unref()
 		return nil, nil, nil, err

@@ -3,6 +3,7 @@ package embedded_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,15 @@ func TestUseAfterClose(t *testing.T) {
 		if err := call(); !errors.Is(err, store.ErrUnavailable) {
 			t.Errorf("%s after Close: %v, want ErrUnavailable", name, err)
 		}
+	}
+}
+
+// TestOpenInUse: a second Open of a directory in use says so.
+func TestOpenInUse(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, nil)
+	defer s.Close()
+	if _, err := embedded.Open(dir, embedded.Options{}); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Fatalf("second open: %v", err)
 	}
 }
