@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -61,6 +62,9 @@ func (s *Store) committer() {
 // Under FsyncAlways the commit waits for the log's fsync; otherwise for
 // its write(2) (walFS).
 func (s *Store) write(ops []op) error {
+	if p := s.broken.Load(); p != nil {
+		return fmt.Errorf("the write-ahead log could not be synced: %w", *p)
+	}
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
 	tx := &Tx{r: b, w: b, hot: s.hot}

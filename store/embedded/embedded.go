@@ -105,6 +105,9 @@ type Store struct {
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
 
+	// broken is the failed log sync that stops every write (syncLog).
+	broken atomic.Pointer[error]
+
 	// commits and grouped count shared transactions and the writes they
 	// carried (the group commit benchmark reports their ratio); written
 	// counts the bytes they committed (the cost test reads it).
@@ -246,13 +249,26 @@ func (s *Store) syncLogs() {
 	for {
 		select {
 		case <-t.C:
-			if err := s.fs.syncLogs(); err != nil {
-				log.Printf("embedded: fsync of the write-ahead log: %v", err)
-			}
+			s.syncLog()
 		case <-s.stop:
 			return
 		}
 	}
+}
+
+// syncLog syncs the write-ahead log (FsyncInterval). A failed sync breaks
+// the store: what the log held may not be on disk, and after a failed
+// fdatasync the kernel may have dropped the pages and cleared the error,
+// so a later sync cannot be trusted to say so. Every write and Ping then
+// answers ErrUnavailable (clients are told, never a clean end of a turn
+// that may not last) until chronicle restarts and replays what the disk
+// has.
+func (s *Store) syncLog() error {
+	err := s.fs.syncLogs()
+	if err != nil && s.broken.CompareAndSwap(nil, &err) {
+		log.Printf("embedded: fsync of the write-ahead log failed, refusing writes until restart: %v", err)
+	}
+	return err
 }
 
 func (s *Store) closeKV() error {
@@ -282,6 +298,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	case <-s.stop:
 		return unavailable(errClosed)
 	default:
+	}
+	if p := s.broken.Load(); p != nil {
+		return unavailable(fmt.Errorf("the write-ahead log could not be synced: %w", *p))
 	}
 	return s.view(func(tx *Tx) error { return nil })
 }

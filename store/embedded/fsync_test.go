@@ -2,10 +2,12 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,5 +177,70 @@ func TestPowerLossFsyncInterval(t *testing.T) {
 			w.end()
 			checkAfterPowerLoss(t, dir, crashed, synced)
 		})
+	}
+}
+
+// failingSyncFS is a file system whose files' syncs fail once fail is set.
+type failingSyncFS struct {
+	vfs.FS
+	fail *atomic.Bool
+}
+
+func (fs failingSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return failingSyncFile{f, fs.fail}, err
+}
+
+func (fs failingSyncFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	return failingSyncFile{f, fs.fail}, err
+}
+
+type failingSyncFile struct {
+	vfs.File
+	fail *atomic.Bool
+}
+
+var errSyncFailed = errors.New("fdatasync: input/output error")
+
+func (f failingSyncFile) SyncData() error {
+	if f.fail.Load() {
+		return errSyncFailed
+	}
+	return f.File.SyncData()
+}
+
+// TestFailedLogSyncStopsWrites: under FsyncInterval a failed sync of the
+// log means acknowledged turns may not be on disk, and the kernel need not
+// report it again: the store refuses every write and fails Ping from then
+// on, so no client is told a turn is stored that may not last.
+func TestFailedLogSyncStopsWrites(t *testing.T) {
+	var fail atomic.Bool
+	s, err := Open(t.TempDir(), Options{FS: failingSyncFS{vfs.NewMem(), &fail}, Fsync: FsyncInterval, FsyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	k := store.Key{Tenant: "t", Thread: "x"}
+	if _, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r1", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.syncLog(); err != nil {
+		t.Fatalf("a sync that works: %v", err)
+	}
+	fail.Store(true)
+	if err := s.syncLog(); !errors.Is(err, errSyncFailed) {
+		t.Fatalf("the failing sync: %v", err)
+	}
+	fail.Store(false) // the kernel need not report it again
+	if _, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r2", TTL: time.Minute}); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, errSyncFailed) {
+		t.Fatalf("a write after the failed sync: %v, want ErrUnavailable", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Ping after the failed sync: %v, want ErrUnavailable", err)
+	}
+	if _, err := s.GetRun(ctx, k, "r1"); err != nil {
+		t.Fatalf("reads go on: %v", err)
 	}
 }
