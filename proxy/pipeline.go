@@ -107,7 +107,7 @@ func (s *Server) runPipeline(ctx *fasthttp.RequestCtx, up *upstream, rest []byte
 	ok = admitted
 	if !ok {
 		ex.closeUpstream()
-		ex.endSpan(ctx.Response.StatusCode(), nil)
+		ex.endSpan(ctx.Response.StatusCode(), nil, false)
 		return
 	}
 	ex.adm = adm
@@ -119,7 +119,7 @@ func (s *Server) runPipeline(ctx *fasthttp.RequestCtx, up *upstream, rest []byte
 			if ex.awaitRun != nil {
 				s.answerWhenEnded(ctx, ex)
 			}
-			ex.endSpan(ctx.Response.StatusCode(), nil)
+			ex.endSpan(ctx.Response.StatusCode(), nil, false)
 			return
 		}
 	}
@@ -287,7 +287,7 @@ func (ex *exchange) conclude(o *outcome) error {
 	}
 	ex.adm.settle(usage, o.status, o.retryAfter)
 	if ex.span != nil {
-		ex.endSpan(o.status, o)
+		ex.endSpan(o.status, o, err != nil)
 	}
 	return err
 }

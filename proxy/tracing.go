@@ -138,9 +138,11 @@ func (s *Server) startSpan(ctx *fasthttp.RequestCtx, ex *exchange, rest []byte) 
 // endSpan ends the exchange's span with what the exchange came to: the
 // status, the run, the turn's usage and finish reason. Once; o may be nil
 // (a request answered before it went upstream: status is the answer's).
+// notStored: the run's end could be neither stored nor spooled
+// (error.type store_unavailable, whatever the upstream answered).
 //
 //go:noinline
-func (ex *exchange) endSpan(status int, o *outcome) {
+func (ex *exchange) endSpan(status int, o *outcome, notStored bool) {
 	sp := ex.span
 	if sp == nil {
 		return
@@ -168,6 +170,9 @@ func (ex *exchange) endSpan(status int, o *outcome) {
 		if o.reason != "" {
 			errType = o.reason
 		}
+	}
+	if notStored {
+		errType = "store_unavailable"
 	}
 	if errType == "" && status >= 500 {
 		errType = strconv.Itoa(status)

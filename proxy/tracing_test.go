@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/chronicle-proxy/chronicle/store"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -254,4 +257,35 @@ func TestTracesOff(t *testing.T) {
 	if n := len(exp.GetSpans()); n != 0 {
 		t.Errorf("%d spans with traces off", n)
 	}
+}
+
+// finishFails is a store whose run finishes all fail as unreachable.
+type finishFails struct{ store.Store }
+
+func (finishFails) Finish(context.Context, store.Lease, *store.Finish) error {
+	return store.ErrUnavailable
+}
+
+// TestTracesTurnNotStored: a turn whose finish could not be stored is an
+// error span (store_unavailable), its finish_run child too, though the
+// upstream answered 200.
+func TestTracesTurnNotStored(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	m := startMock(t)
+	p := startProxyOpts(t, m, tracesConfig, Options{Store: finishFails{openEmbedded(t, t.TempDir())}, TracerProvider: tp})
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	if resp, got := do(t, "POST", p.URL+"/openai/v1/chat/completions", body, "Authorization", "Bearer "+traceClientKey); resp.StatusCode != 503 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	spans := exp.GetSpans()
+	srv := spanNamed(t, spans, "chat gpt-4o")
+	if a := attrsOf(srv); a["error.type"].AsString() != "store_unavailable" || srv.Status.Code != codes.Error {
+		t.Errorf("error.type %q, status %v", a["error.type"].AsString(), srv.Status)
+	}
+	if fin := spanNamed(t, spans, "chronicle.store.finish_run"); fin.Status.Code != codes.Error || fin.Status.Description != "store operation failed" {
+		t.Errorf("finish_run status %v", fin.Status)
+	}
+	noSecretIn(t, spans)
 }
