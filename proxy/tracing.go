@@ -148,6 +148,10 @@ func (ex *exchange) endSpan(status int, o *outcome, notStored bool) {
 		return
 	}
 	ex.span = nil
+	if !sp.IsRecording() {
+		sp.End() // sampled out: nothing to record
+		return
+	}
 	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs, attrStatusCode.Int(status))
 	if t := ex.turn; t != nil {

@@ -289,3 +289,21 @@ func TestTracesTurnNotStored(t *testing.T) {
 	}
 	noSecretIn(t, spans)
 }
+
+// TestTracesSampledOut: a caller that sampled its trace out gets no span
+// exported, and the upstream still receives the trace context, unsampled.
+func TestTracesSampledOut(t *testing.T) {
+	p, m, exp := startTracedProxy(t, tracesConfig)
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	unsampled := "00-" + clientTraceID + "-" + clientSpanID + "-00"
+	if resp, got := do(t, "POST", p.URL+"/openai/v1/chat/completions", body, "Authorization", "Bearer "+traceClientKey, "traceparent", unsampled); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	if n := len(exp.GetSpans()); n != 0 {
+		t.Errorf("%d spans exported for a trace its caller sampled out", n)
+	}
+	reqs := m.Requests()
+	if tp := reqs[len(reqs)-1].Header.Get("Traceparent"); !strings.HasPrefix(tp, "00-"+clientTraceID+"-") || !strings.HasSuffix(tp, "-00") {
+		t.Errorf("upstream traceparent %q, want the client's trace, unsampled", tp)
+	}
+}
