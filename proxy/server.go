@@ -3,7 +3,7 @@
 // readiness (health.go), and the request pipeline, one file per stage: auth.go, admit.go, begin.go, compose.go,
 // upstream.go, relay_sse.go and relay.go, finish.go, driven by
 // runPipeline (pipeline.go), with the run's event log, follow feeds and
-// the thread cache beside them. The tenant API is proxy/api's (wired in
+// the thread cache beside them, and the request spans (tracing.go). The tenant API is proxy/api's (wired in
 // tenantapi.go); the admin API, the audit page and pprof are proxy/admin's; metrics, errors, the shared JSON documents and the
 // runtime mechanics are proxy/internal's.
 //
