@@ -94,7 +94,9 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx, ex *exchange) (*admission, bool
 		start := time.Now()
 		slot, err := ex.up.gate.Acquire(wctx)
 		stop()
-		s.metrics.QueueWaitH.WithLabelValues(cfg.Name).Observe(time.Since(start).Seconds())
+		waited := time.Since(start)
+		ex.queued, ex.queueWait = true, waited
+		s.metrics.QueueWaitH.WithLabelValues(cfg.Name).Observe(waited.Seconds())
 		if err != nil {
 			s.refuse(ctx, ex, a, err)
 			return nil, false

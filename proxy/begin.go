@@ -122,6 +122,9 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
 		runID: string(runID), mode: mode, model: ex.op.Model, ownThread: ownThread}
+	if ex.span != nil {
+		t.st = tracedStore{Store: s.store, ex: ex}
+	}
 	t.cancelCtx, t.cancelRun = context.WithCancel(context.Background())
 	rctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 	defer cancel()
@@ -150,7 +153,9 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		// continues or appends and brings none of its own.
 		NoSystem: !(empty || mode == modeAppend) || ad.System(body) != nil,
 	}
+	sp := ex.storeSpan("start_run")
 	started, err := s.store.StartRun(rctx, sr)
+	endStoreSpan(sp, err)
 	needsHistory := empty || mode == modeAppend
 	if err != nil && errors.Is(err, store.ErrUnavailable) && !needsHistory && ex.up.cfg.OnStoreError == "pass" {
 		// The store is away, and the request carries the whole

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // exchange is one request's trip to the upstream and back.
@@ -53,6 +55,13 @@ type exchange struct {
 	// spliced is the upstream request's body stream when prepared.Insert
 	// is set.
 	spliced splicedBody
+	// span is the exchange's server span and traceCtx the context that
+	// carries it; nil when traces are off (tracing.go).
+	span     trace.Span
+	traceCtx context.Context
+	// queued: the request waited for a gate slot, for queueWait.
+	queued    bool
+	queueWait time.Duration
 	// awaitRun names the run in flight that a non-stream retry (its
 	// X-Run-Id) is answered from once it ends (answerWhenEnded).
 	awaitRun *store.RunRef
@@ -91,10 +100,14 @@ func (s *Server) runPipeline(ctx *fasthttp.RequestCtx, up *upstream, rest []byte
 		// coming: the hold starts now, and ends with handle as the others.
 		s.holdLarge(&ctx.Request.Header)
 	}
+	if s.tracing != nil {
+		s.startSpan(ctx, ex, rest)
+	}
 	adm, admitted := s.admit(ctx, ex)
 	ok = admitted
 	if !ok {
 		ex.closeUpstream()
+		ex.endSpan(ctx.Response.StatusCode(), nil, false)
 		return
 	}
 	ex.adm = adm
@@ -106,6 +119,7 @@ func (s *Server) runPipeline(ctx *fasthttp.RequestCtx, up *upstream, rest []byte
 			if ex.awaitRun != nil {
 				s.answerWhenEnded(ctx, ex)
 			}
+			ex.endSpan(ctx.Response.StatusCode(), nil, false)
 			return
 		}
 	}
@@ -272,6 +286,9 @@ func (ex *exchange) conclude(o *outcome) error {
 		usage = adapters.Usage{} // refunds the reservation
 	}
 	ex.adm.settle(usage, o.status, o.retryAfter)
+	if ex.span != nil {
+		ex.endSpan(o.status, o, err != nil)
+	}
 	return err
 }
 

@@ -3,7 +3,7 @@
 // readiness (health.go), and the request pipeline, one file per stage: auth.go, admit.go, begin.go, compose.go,
 // upstream.go, relay_sse.go and relay.go, finish.go, driven by
 // runPipeline (pipeline.go), with the run's event log, follow feeds and
-// the thread cache beside them. The tenant API is proxy/api's (wired in
+// the thread cache beside them, and the request spans (tracing.go). The tenant API is proxy/api's (wired in
 // tenantapi.go); the admin API, the audit page and pprof are proxy/admin's; metrics, errors, the shared JSON documents and the
 // runtime mechanics are proxy/internal's.
 //
@@ -36,6 +36,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/proxy/internal/sched"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Version is the build's version, set by the linker (-X).
@@ -59,6 +60,10 @@ type Options struct {
 	// is the GOMAXPROCS while a request of largeRequestBytes or more is in
 	// flight (see sched.ProcBoost); 0 leaves GOMAXPROCS alone.
 	LargeRequestProcs int
+	// TracerProvider makes the spans of requests to connections
+	// (telemetry.traces; see NewTracerProvider); nil means no spans at
+	// all, and no trace context is added upstream.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is a running chronicle proxy.
@@ -112,6 +117,8 @@ type Server struct {
 	// readyPing is the readiness ping in flight, if any (pingStore).
 	readyMu   sync.Mutex
 	readyPing *storePing
+	// tracing makes request spans; nil when traces are off.
+	tracing *tracing
 	// durability is the store's guarantee for acknowledged turns, as last
 	// read (reportDurability); a string, "" until read.
 	durability atomic.Value
@@ -183,6 +190,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		rates:        opts.Rates,
 		conns:        make(map[string]*upstream, len(cfg.Connections)),
 		procs:        sched.NewProcBoost(opts.LargeRequestProcs),
+		tracing:      newTracing(opts.TracerProvider, cfg.Telemetry.Traces),
 	}
 	s.starters = sched.NewStarters(s.startTurn, maxIdleStarters)
 	if d := cfg.Store.OpTimeout.D(); d > 0 {

@@ -195,6 +195,9 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 		if bytes.EqualFold(k, []byte("Accept-Encoding")) {
 			continue
 		}
+		if ex.span != nil && isTraceHeader(k) {
+			continue // the upstream's parent is chronicle's span
+		}
 		if poolKey != "" && (bytes.EqualFold(k, []byte("Authorization")) || bytes.EqualFold(k, []byte("X-Api-Key")) || bytes.EqualFold(k, []byte("X-Goog-Api-Key"))) {
 			continue
 		}
@@ -208,6 +211,9 @@ func (ex *exchange) buildRequest(ctx *fasthttp.RequestCtx, rest []byte, poolKey 
 	}
 	for _, h := range ex.prepared.Headers {
 		req.Header.Set(h.Name, h.Value)
+	}
+	if ex.span != nil {
+		ex.s.tracing.prop.Inject(ex.traceCtx, headerCarrier{&req.Header})
 	}
 	// On a gated connection the next request of the slots' order may go
 	// once this one's body is being written: its connection is held by

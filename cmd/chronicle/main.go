@@ -145,7 +145,19 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs 
 		return err
 	}
 	defer closeLimits()
+	tp, closeTracer, err := openTracer(ctx, cfg.Telemetry.Traces, log)
+	if err != nil {
+		return fmt.Errorf("telemetry.traces: %w", err)
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		closeTracer(fctx)
+	}()
 	opts := proxy.Options{Logger: log, Store: st, Gates: gates, Rates: rates}
+	if tp != nil {
+		opts.TracerProvider = tp
+	}
 	if procs.boost > procs.base {
 		opts.LargeRequestProcs = procs.boost
 	}

@@ -94,6 +94,7 @@ type Config struct {
 	Limits      Limits       `yaml:"limits"`
 	Leases      Leases       `yaml:"leases"`
 	Log         Log          `yaml:"log"`
+	Telemetry   Telemetry    `yaml:"telemetry"`
 	Clients     []Client     `yaml:"clients"`
 	Connections []Connection `yaml:"connections"`
 }
@@ -191,6 +192,39 @@ type Log struct {
 	Level  string `yaml:"level"`  // debug | info | warn | error
 	Format string `yaml:"format"` // text | json
 }
+
+// Telemetry configures what chronicle reports about itself beside
+// /metrics.
+type Telemetry struct {
+	Traces Traces `yaml:"traces"`
+}
+
+// Traces configures OpenTelemetry traces: a span per proxied request,
+// exported over OTLP.
+type Traces struct {
+	// Exporter is none (the default: no spans are made at all),
+	// otlp-grpc or otlp-http.
+	Exporter string `yaml:"exporter"`
+	// Endpoint is the OTLP collector: host:port for otlp-grpc, a URL or
+	// host:port for otlp-http. Empty: the exporter's own default (or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT).
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends without TLS.
+	Insecure bool `yaml:"insecure"`
+	// Headers go with every export (a collector's or vendor's token):
+	// secrets, never logged.
+	Headers map[string]Secret `yaml:"headers"`
+	// SampleRatio is the share of traces chronicle starts that it keeps
+	// (0 to 1; nil: 1); a request whose caller sent a traceparent follows
+	// the caller's sampling decision.
+	SampleRatio *float64 `yaml:"sample_ratio"`
+	// ThreadID adds the thread id (chronicle.thread.id) to each span: off
+	// by default, since a thread id a client chose may say who it is.
+	ThreadID bool `yaml:"thread_id"`
+}
+
+// On reports whether traces are exported.
+func (t Traces) On() bool { return t.Exporter != "" && t.Exporter != "none" }
 
 // Client maps one client key to a tenant.
 type Client struct {
@@ -451,6 +485,13 @@ func (c *Config) applyDefaults() {
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
+	if c.Telemetry.Traces.Exporter == "" {
+		c.Telemetry.Traces.Exporter = "none"
+	}
+	if c.Telemetry.Traces.SampleRatio == nil {
+		one := 1.0
+		c.Telemetry.Traces.SampleRatio = &one
+	}
 	for i := range c.Connections {
 		cn := &c.Connections[i]
 		if cn.Timeouts.FirstByte == 0 {
@@ -597,6 +638,28 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		bad("log.format", "want text or json, got %q", c.Log.Format)
+	}
+	tr := c.Telemetry.Traces
+	switch tr.Exporter {
+	case "none", "otlp-grpc", "otlp-http":
+	default:
+		bad("telemetry.traces.exporter", "want none, otlp-grpc or otlp-http, got %q", tr.Exporter)
+	}
+	if r := tr.SampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
+		bad("telemetry.traces.sample_ratio", "must be between 0 and 1, got %v", *r)
+	}
+	if tr.Exporter == "otlp-grpc" && strings.Contains(tr.Endpoint, "://") {
+		bad("telemetry.traces.endpoint", "otlp-grpc wants host:port, got a URL %q", tr.Endpoint)
+	}
+	if tr.Exporter == "otlp-http" && strings.Contains(tr.Endpoint, "://") {
+		if u, err := url.Parse(tr.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("telemetry.traces.endpoint", "want host:port or an http(s) URL, got %q", tr.Endpoint)
+		}
+	}
+	for name := range tr.Headers {
+		if strings.TrimSpace(name) == "" || strings.ContainsAny(name, " \t\r\n:") {
+			bad("telemetry.traces.headers", "want header names, got %q", name)
+		}
 	}
 
 	seenKeys := map[Secret]int{}

@@ -94,6 +94,13 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"bad tenant", "clients: [{key: c, tenant: 'a b'}]", []string{"clients[0].tenant"}},
 		{"duplicate client key", "clients: [{key: c, tenant: a}, {key: c, tenant: b}]", []string{"clients[1].key: same key as clients[0]"}},
 		{"bad on_disconnect", "connections: [{name: a, provider: openai, base_url: 'http://x', on_disconnect: later}]", []string{"on_disconnect: want abort or detach"}},
+		{"traces exporter unknown", "telemetry: {traces: {exporter: jaeger}}", []string{`telemetry.traces.exporter: want none, otlp-grpc or otlp-http, got "jaeger"`}},
+		{"traces sample ratio above 1", "telemetry: {traces: {exporter: otlp-grpc, sample_ratio: 1.5}}", []string{"telemetry.traces.sample_ratio: must be between 0 and 1, got 1.5"}},
+		{"traces sample ratio negative", "telemetry: {traces: {sample_ratio: -0.1}}", []string{"telemetry.traces.sample_ratio: must be between 0 and 1"}},
+		{"traces grpc endpoint a URL", "telemetry: {traces: {exporter: otlp-grpc, endpoint: 'http://c:4317'}}", []string{"telemetry.traces.endpoint: otlp-grpc wants host:port"}},
+		{"traces http endpoint bad scheme", "telemetry: {traces: {exporter: otlp-http, endpoint: 'ftp://c:4318'}}", []string{"telemetry.traces.endpoint: want host:port or an http(s) URL"}},
+		{"traces header name", "telemetry: {traces: {headers: {'a b': x}}}", []string{`telemetry.traces.headers: want header names, got "a b"`}},
+		{"traces thread_id not a bool", "telemetry: {traces: {thread_id: maybe}}", []string{`telemetry.traces.thread_id: want true or false, got "maybe"`}},
 		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
 	}
 	for _, tt := range tests {
@@ -108,6 +115,29 @@ func TestValidateNamesKeys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTracesConfig: traces are off by default with a sample ratio of 1,
+// and the export headers decode as secrets that never print.
+func TestTracesConfig(t *testing.T) {
+	cfg, err := Parse(nil, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := cfg.Telemetry.Traces; tr.On() || tr.Exporter != "none" || *tr.SampleRatio != 1 || tr.ThreadID {
+		t.Fatalf("traces defaults: %+v", tr)
+	}
+	cfg, err = Parse([]byte("telemetry: {traces: {exporter: otlp-http, endpoint: 'https://c:4318', insecure: true, sample_ratio: 0.25, thread_id: true, headers: {authorization: 'Bearer tok-123'}}}"), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := cfg.Telemetry.Traces
+	if !tr.On() || tr.Endpoint != "https://c:4318" || !tr.Insecure || *tr.SampleRatio != 0.25 || !tr.ThreadID || tr.Headers["authorization"].Reveal() != "Bearer tok-123" {
+		t.Fatalf("traces: %+v", tr)
+	}
+	if s := fmt.Sprintf("%v %+v", tr, tr); strings.Contains(s, "tok-123") {
+		t.Fatalf("an export header printed: %s", s)
 	}
 }
 
