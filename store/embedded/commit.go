@@ -74,19 +74,19 @@ func (s *Store) write(ops []op) error {
 			break
 		}
 	}
-	if eerr := tx.end(); err == nil {
+	// A failed read looks absent to an op: its error wins, so nothing an
+	// op wrote on that belief commits.
+	if eerr := tx.end(); eerr != nil {
 		err = eerr
 	}
 	if err != nil {
 		return err
 	}
-	if b.Empty() {
-		s.hot.fill(tx.fills)
-		return nil
-	}
-	s.written.Add(int64(b.Len()))
-	if err := b.Commit(pebble.Sync); err != nil {
-		return err
+	if !b.Empty() {
+		s.written.Add(int64(b.Len()))
+		if err := b.Commit(pebble.Sync); err != nil {
+			return err
+		}
 	}
 	s.hot.fill(tx.fills)
 	return nil

@@ -323,7 +323,9 @@ func (s *Store) view(fn func(tx *Tx) error) error {
 	snap := s.db.NewSnapshot()
 	tx := &Tx{r: snap}
 	err := fn(tx)
-	if eerr := tx.end(); err == nil {
+	// A failed read looks absent to fn: its error, not what fn made of
+	// the absence (a not-found), is the answer.
+	if eerr := tx.end(); eerr != nil {
 		err = eerr
 	}
 	snap.Close()

@@ -170,13 +170,6 @@ func (b *Bucket) ForEach(fn func(k, v []byte) error) error {
 	return b.tx.err
 }
 
-// KeyN counts b's leaves.
-func (b *Bucket) KeyN() int {
-	n := 0
-	b.ForEach(func(_, _ []byte) error { n++; return nil })
-	return n
-}
-
 // Cursor walks b's leaves. A key and value it returns are valid until the
 // next move; writes made after the cursor opened are not seen.
 func (b *Bucket) Cursor() *Cursor {

@@ -662,10 +662,8 @@ func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
 		for _, key := range drop {
 			parts := strings.SplitN(string(key[8:]), "\x00", 3)
 			if tb := threadBucket(tx, store.Key{Tenant: parts[0], Thread: parts[1]}); tb != nil {
-				if eb := tb.Bucket(bEv); eb.Bucket([]byte(parts[2])) != nil {
-					if err := eb.DeleteBucket([]byte(parts[2])); err != nil {
-						return err
-					}
+				if err := tb.Bucket(bEv).DeleteBucket([]byte(parts[2])); err != nil {
+					return err
 				}
 			}
 			if err := tx.Bucket(bEvExp).Delete(key); err != nil {
