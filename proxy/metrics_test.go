@@ -110,3 +110,40 @@ func TestStreamsInFlight(t *testing.T) {
 		t.Errorf("after the stream: %s", grepLines(text, "chronicle_streams_in_flight"))
 	}
 }
+
+// TestGenAIMetrics: the GenAI semantic-convention series beside
+// chronicle's own, with the values real turns give them: the token usage
+// the upstream reported (the fixture's 16 input and 300 output tokens, in
+// the recommended buckets), a request duration per turn with the error
+// type of the failed one, and time to first token (at least the upstream's
+// 50ms first-byte delay) and per output token for the successful stream
+// only.
+func TestGenAIMetrics(t *testing.T) {
+	m := startMock(t)
+	p := startProxyWith(t, m, persistConfig, openEmbedded(t, t.TempDir()))
+	do(t, "POST", p.URL+"/openai/v1/chat/completions", chatBody, "Authorization", "Bearer k")
+	do(t, "POST", p.URL+"/openai/v1/chat/completions", streamBody, "Authorization", "Bearer k", "X-Mock-First-Byte-Delay", "50ms")
+	do(t, "POST", p.URL+"/openai/v1/chat/completions", chatBody, "Authorization", "Bearer k", "X-Mock-Status", "503")
+	text := scrape(t, p)
+	const l = `connection="openai",gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4o"`
+	for _, want := range []string{
+		`gen_ai_client_token_usage_bucket{` + l + `,gen_ai_token_type="input",le="4"} 0`,
+		`gen_ai_client_token_usage_bucket{` + l + `,gen_ai_token_type="input",le="16"} 2`,
+		`gen_ai_client_token_usage_sum{` + l + `,gen_ai_token_type="input"} 32`,
+		`gen_ai_client_token_usage_bucket{` + l + `,gen_ai_token_type="output",le="256"} 0`,
+		`gen_ai_client_token_usage_bucket{` + l + `,gen_ai_token_type="output",le="1024"} 2`,
+		`gen_ai_client_token_usage_sum{` + l + `,gen_ai_token_type="output"} 600`,
+		`gen_ai_server_request_duration_seconds_count{connection="openai",error_type="",gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4o"} 2`,
+		`gen_ai_server_request_duration_seconds_count{connection="openai",error_type="503",gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="gpt-4o"} 1`,
+		`gen_ai_server_time_to_first_token_seconds_bucket{` + l + `,le="0.04"} 0`,
+		`gen_ai_server_time_to_first_token_seconds_count{` + l + `} 1`,
+		`gen_ai_server_time_per_output_token_seconds_count{` + l + `} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(grepLines(text, "gen_ai_"))
+	}
+}

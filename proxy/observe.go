@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"time"
+
 	"github.com/chronicle-proxy/chronicle/proxy/internal/metrics"
 )
 
@@ -34,4 +36,35 @@ func (t threadCacheMetrics) Bytes() int64 {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	return t.c.size
+}
+
+// observeGenAI records a generation exchange's end in the GenAI
+// semantic-convention series. A function of its own, not inlined: conclude
+// runs on the connection's goroutine, and this frame is only there after
+// the finish's store round trip (docs/design.md, "Runtime mechanics").
+// notStored: the turn could be neither stored nor spooled.
+//
+//go:noinline
+func (ex *exchange) observeGenAI(o *outcome, notStored bool) {
+	g := metrics.GenAI{
+		Connection: ex.up.cfg.Name,
+		Operation:  ex.genOp,
+		Provider:   genAIProvider(ex.up.cfg.Provider),
+		Model:      ex.op.Model,
+		Duration:   time.Since(ex.start),
+		ErrorType:  o.reason,
+	}
+	switch {
+	case notStored:
+		g.ErrorType = "store_unavailable"
+	case g.ErrorType == "" && o.status >= 400:
+		g.ErrorType = metrics.StatusLabel(o.status)
+	}
+	if u := o.turn.Usage; u.Present {
+		g.Usage, g.InputTokens, g.OutputTokens = true, u.InputTokens, u.OutputTokens
+	}
+	if !ex.firstEvent.IsZero() {
+		g.FirstToken = ex.firstEvent.Sub(ex.start)
+	}
+	ex.s.metrics.ObserveGenAI(g)
 }

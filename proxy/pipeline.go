@@ -38,8 +38,14 @@ type exchange struct {
 	adm *admission
 	// turnDone: the run's end is recorded.
 	turnDone bool
-	// start is when the request arrived, for the latency metric.
-	start time.Time
+	// start is when the request arrived, for the latency metric;
+	// firstEvent when a streamed answer's first event (an SSE event, an
+	// element of a JSON-array stream) came, for time to first token.
+	start      time.Time
+	firstEvent time.Time
+	// genOp is gen_ai.operation.name ("" for a request that is no
+	// generation or embedding), for the span and the GenAI metrics.
+	genOp string
 	// prepared is what compose prepared for the upstream request beside
 	// its body: header edits (session ids), an insertion into a large
 	// body (Insert at At: sent in three pieces rather than copied to add
@@ -94,6 +100,7 @@ func (s *Server) runPipeline(ctx *fasthttp.RequestCtx, up *upstream, rest []byte
 	ex := &exchange{s: s, up: up, ad: shape, start: time.Now(), tenant: tenant,
 		req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse(), clientConn: ctx.Conn()}
 	ex.op = shape.Classify(string(ctx.Method()), string(rest), string(ctx.URI().QueryString()), ctx.PostBody())
+	ex.genOp = genAIOperation(shape, ex.op, rest)
 	body := ctx.PostBody()
 	if s.procs != nil && ctx.Request.Header.ContentLength() < 0 && len(body) >= largeRequestBytes {
 		// A large chunked body, which headerReceived could not see
@@ -280,6 +287,9 @@ func (ex *exchange) conclude(o *outcome) error {
 	m.ObserveRequest(ex.up.cfg.Name, route, o.status, time.Since(ex.start))
 	if u := o.turn.Usage; u.Present {
 		m.ObserveTokens(ex.up.cfg.Name, ex.op.Model, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
+	}
+	if ex.op.Kind == adapters.OpGenerate {
+		ex.observeGenAI(o, err != nil)
 	}
 	usage := o.turn.Usage
 	if o.aborted && !usage.Present {

@@ -46,6 +46,9 @@ func (ex *exchange) relayChunks(w *bufio.Writer) {
 			if err != nil {
 				break
 			}
+			if ex.firstEvent.IsZero() {
+				ex.firstEvent = time.Now()
+			}
 			_ = ex.asm.Feed(value)
 		}
 		// Whatever the array reader left unread still goes to the client.

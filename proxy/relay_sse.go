@@ -113,6 +113,9 @@ func (r *sseRelay) relayEvent(ev *sse.Event, more bool) bool {
 	r.dog.Touch() // also puts the next heartbeat off
 	if ev.Kind == sse.KindEvent {
 		ex.s.metrics.EventsTeed.Inc()
+		if ex.firstEvent.IsZero() {
+			ex.firstEvent = time.Now()
+		}
 	}
 	// Assemble first: stripping edits the event's bytes in place, and Data
 	// aliases them.

@@ -116,7 +116,7 @@ func genAIOperation(ad adapters.Adapter, op adapters.Op, path []byte) string {
 func (s *Server) startSpan(ctx *fasthttp.RequestCtx, ex *exchange, rest []byte) {
 	tr := s.tracing
 	parent := tr.prop.Extract(context.Background(), headerCarrier{&ctx.Request.Header})
-	opName := genAIOperation(ex.ad, ex.op, rest)
+	opName := ex.genOp
 	name := opName
 	switch {
 	case opName == "":

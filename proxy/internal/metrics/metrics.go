@@ -59,6 +59,7 @@ type Metrics struct {
 	replayedC    prometheus.Counter
 
 	faults storeFaultMetrics
+	genAI  genAIVecs
 
 	// conns holds each connection's resolved series ("" is chronicle's own
 	// API); stores and runCounters each known store operation's and run
@@ -109,8 +110,14 @@ type reqSeries struct {
 	dur   prometheus.Observer
 }
 
-// modelSeries are one model's token counters, by tokenKinds.
-type modelSeries [4]prometheus.Counter
+// modelSeries are one model's series: its token counters, by tokenKinds,
+// and its GenAI series by operation (made at first use, under the
+// connection's modelMu).
+type modelSeries struct {
+	model  string // the label: the model's name, or "other"
+	tokens [4]prometheus.Counter
+	gen    map[string]*genAISeries
+}
 
 type storeSeries struct {
 	dur  prometheus.Observer
@@ -170,6 +177,10 @@ func New(version string) *Metrics {
 		f(c)
 	}
 	m.registerStoreFaults()
+	m.genAI = newGenAIVecs()
+	for _, c := range m.genAI.collectors() {
+		f(c)
+	}
 	m.stores = make(map[string]storeSeries, len(storeOpNames))
 	for _, op := range storeOpNames {
 		m.stores[op] = storeSeries{dur: m.storeOps.WithLabelValues(op), errs: m.storeErrs.WithLabelValues(op)}
@@ -219,9 +230,9 @@ func (m *Metrics) conn(name string) *connMetrics {
 }
 
 func (m *Metrics) newModelSeries(connection, model string) *modelSeries {
-	var s modelSeries
+	s := modelSeries{model: model}
 	for i, kind := range tokenKinds {
-		s[i] = m.tokens.WithLabelValues(connection, model, kind)
+		s.tokens[i] = m.tokens.WithLabelValues(connection, model, kind)
 	}
 	return &s
 }
@@ -357,12 +368,15 @@ func (m *Metrics) ObserveTokens(connection, model string, in, out, cached, reaso
 	s := m.modelSeries(c, model)
 	for i, n := range [4]int64{in, out, cached, reasoning} {
 		if n > 0 {
-			s[i].Add(float64(n))
+			s.tokens[i].Add(float64(n))
 		}
 	}
 }
 
 var statusText sync.Map // int → string, so the hot path does not format
+
+// StatusLabel is an HTTP status code's text, formatted once per code.
+func StatusLabel(code int) string { return statusLabel(code) }
 
 func statusLabel(code int) string {
 	if v, ok := statusText.Load(code); ok {
