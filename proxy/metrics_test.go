@@ -2,10 +2,15 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/chronicle-proxy/chronicle/store/spool"
 )
 
 // TestMetrics: /metrics serves Prometheus text with the request, token,
@@ -145,5 +150,45 @@ func TestGenAIMetrics(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(grepLines(text, "gen_ai_"))
+	}
+}
+
+// TestMetricsPromtool pipes a real /metrics scrape, after turns of every
+// kind the series record (generate, stream, a failure, a rejection-free
+// chronicle API call), through `promtool check metrics`: the exposition
+// must be clean (HELP and TYPE, names, units, counters ending _total).
+// Without promtool (Debian's prometheus package; scripts/setup installs
+// it) the test skips, except under CI=true where it fails.
+func TestMetricsPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool not found on PATH; CI=true requires it (scripts/setup: apt-get install prometheus)")
+		}
+		t.Skip("promtool not found on PATH (apt-get install prometheus)")
+	}
+	// A spooled store, so the spool's series are in the scrape too.
+	sp, err := spool.Open(openEmbedded(t, t.TempDir()), spool.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	m := startMock(t)
+	p := startProxyWith(t, m, persistConfig, sp)
+	do(t, "POST", p.URL+"/openai/v1/chat/completions", chatBody, "Authorization", "Bearer k")
+	do(t, "POST", p.URL+"/openai/v1/chat/completions", streamBody, "Authorization", "Bearer k")
+	do(t, "POST", p.URL+"/openai/v1/chat/completions", chatBody, "Authorization", "Bearer k", "X-Mock-Status", "503")
+	do(t, "GET", p.URL+"/api/threads/none", "", "Authorization", "Bearer k")
+	text := scrape(t, p)
+	for _, want := range []string{"gen_ai_server_time_to_first_token_seconds_count", "chronicle_spool_entries", "chronicle_thread_cache_bytes"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("the scrape lacks %s", want)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
 	}
 }
