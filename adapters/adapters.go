@@ -174,6 +174,11 @@ type Turn struct {
 	// Error is the raw error object when the provider reported one inside
 	// the body or stream, else nil.
 	Error []byte
+	// Model is the model the answer names (gen_ai.response.model): the
+	// body's or the first chunk's "model", Gemini's modelVersion,
+	// Anthropic's message.model, the Responses response.model; "" when
+	// it names none. The upstream chose it, so it is no metric label.
+	Model string
 }
 
 // Assembler builds a Turn from a stream's payloads.

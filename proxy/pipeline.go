@@ -201,8 +201,8 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 	}
 	o := &ex.final
 	*o = outcome{status: ex.resp.StatusCode()}
-	if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage()) {
-		o.turn, _ = ex.ad.ParseResponse(body)
+	if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage() || ex.span != nil) {
+		ex.parseWhole(body)
 		o.response = body
 	} else if !ok {
 		o.errBody = body
@@ -223,6 +223,13 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 	ctx.SetBody(body)
 	ex.closeUpstream()
 }
+
+// parseWhole reads a whole answer into the final outcome's turn, in a
+// frame of its own: the Turn it returns is not held in respondWhole's
+// frame, which is on the stack during the finish's store round trip.
+//
+//go:noinline
+func (ex *exchange) parseWhole(body []byte) { ex.final.turn, _ = ex.ad.ParseResponse(body) }
 
 // refuseUnstored answers a whole upstream answer whose turn could be
 // neither stored nor spooled, under on_store_error: fail: a 503, so the

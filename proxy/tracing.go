@@ -71,6 +71,7 @@ const (
 	attrOperation      = attribute.Key("gen_ai.operation.name")
 	attrProvider       = attribute.Key("gen_ai.provider.name")
 	attrRequestModel   = attribute.Key("gen_ai.request.model")
+	attrResponseModel  = attribute.Key("gen_ai.response.model")
 	attrInputTokens    = attribute.Key("gen_ai.usage.input_tokens")
 	attrOutputTokens   = attribute.Key("gen_ai.usage.output_tokens")
 	attrFinishReasons  = attribute.Key("gen_ai.response.finish_reasons")
@@ -152,7 +153,7 @@ func (ex *exchange) endSpan(status int, o *outcome, notStored bool) {
 		sp.End() // sampled out: nothing to record
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 10)
+	attrs := make([]attribute.KeyValue, 0, 11)
 	attrs = append(attrs, attrStatusCode.Int(status))
 	if t := ex.turn; t != nil {
 		attrs = append(attrs, attrRunID.String(t.runID), attrRepairs.Int(len(t.plan.edits)), attrRestoredFields.Int(len(t.plan.restoredFields)))
@@ -167,6 +168,9 @@ func (ex *exchange) endSpan(status int, o *outcome, notStored bool) {
 	if o != nil {
 		if u := o.turn.Usage; u.Present {
 			attrs = append(attrs, attrInputTokens.Int64(u.InputTokens), attrOutputTokens.Int64(u.OutputTokens))
+		}
+		if o.turn.Model != "" {
+			attrs = append(attrs, attrResponseModel.String(o.turn.Model))
 		}
 		if o.turn.FinishRaw != "" {
 			attrs = append(attrs, attrFinishReasons.StringSlice([]string{o.turn.FinishRaw}))

@@ -307,3 +307,50 @@ func TestTracesSampledOut(t *testing.T) {
 		t.Errorf("upstream traceparent %q, want the client's trace, unsampled", tp)
 	}
 }
+
+// TestTracesResponseModel: the span carries gen_ai.response.model, the
+// model the answer names (the mock serves the fixtures', which differ from
+// the request's), in each format, streamed and whole; persistence off, so
+// the answer is read for the span alone.
+func TestTracesResponseModel(t *testing.T) {
+	p, _, exp := startTracedProxy(t, `
+connections:
+  - {name: openai, provider: openai, base_url: "${MOCK}", persist: false}
+  - {name: gemini, provider: gemini, base_url: "${MOCK}", persist: false}
+  - {name: claude, provider: anthropic, base_url: "${MOCK}", persist: false}
+`)
+	oa := []string{"Authorization", "Bearer " + traceClientKey}
+	for _, tc := range []struct {
+		name, path, body, span, want string
+		headers                      []string
+	}{
+		{"chat", "/openai/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+			"chat gpt-4o", "gpt-4.1-nano-2025-04-14", oa},
+		{"chat stream", "/openai/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"chat gpt-4o-mini", "gpt-4.1-nano-2025-04-14", oa},
+		{"responses", "/openai/v1/responses", `{"model":"gpt-5","input":"hi"}`,
+			"chat gpt-5", "gpt-5.1-codex-max", oa},
+		{"responses stream", "/openai/v1/responses", `{"model":"gpt-5-mini","stream":true,"input":"hi"}`,
+			"chat gpt-5-mini", "gpt-5.1-codex-max", oa},
+		{"gemini", "/gemini/v1beta/models/gemini-2.5-pro:generateContent", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+			"generate_content gemini-2.5-pro", "gemini-3-pro-preview", []string{"X-Goog-Api-Key", traceClientKey}},
+		{"gemini stream", "/gemini/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+			"generate_content gemini-2.5-flash", "gemini-3-pro-preview", []string{"X-Goog-Api-Key", traceClientKey}},
+		{"gemini array stream", "/gemini/v1beta/models/gemini-2.0-flash:streamGenerateContent", `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+			"generate_content gemini-2.0-flash", "gemini-3-pro-preview", []string{"X-Goog-Api-Key", traceClientKey}},
+		{"anthropic", "/claude/v1/messages", `{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`,
+			"chat claude-x", "claude-sonnet-4-5-20250929", anthropicHeaders("", "X-Mock-Scenario", "text")},
+		{"anthropic stream", "/claude/v1/messages", `{"model":"claude-y","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"chat claude-y", "claude-sonnet-4-5-20250929", anthropicHeaders("", "X-Mock-Scenario", "text")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, got := do(t, "POST", p.URL+tc.path, tc.body, tc.headers...)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, got)
+			}
+			if a := attrsOf(spanNamed(t, exp.GetSpans(), tc.span)); a["gen_ai.response.model"].AsString() != tc.want {
+				t.Errorf("gen_ai.response.model = %q, want %q", a["gen_ai.response.model"].AsString(), tc.want)
+			}
+		})
+	}
+}

@@ -249,7 +249,7 @@ func (a *Adapter) ParseResponse(body []byte) (adapters.Turn, error) {
 	if !content.IsArray() {
 		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrNoAnswer)
 	}
-	t := adapters.Turn{Terminal: true}
+	t := adapters.Turn{Terminal: true, Model: adapters.ResponseModel(root.Get("model").Raw)}
 	t.Message = make([]byte, 0, len(content.Raw)+32)
 	t.Message = append(t.Message, `{"role":"assistant","content":`...)
 	t.Message = rawjson.Compact(t.Message, rawjson.BytesOf(content.Raw))

@@ -13,11 +13,11 @@ import (
 var ad = New()
 
 var goldens = []formattest.Golden{
-	{Dir: "anthropic", Name: "text", Adapter: ad,
+	{Dir: "anthropic", Name: "text", Adapter: ad, Model: "claude-sonnet-4-5-20250929",
 		Usage: adapters.Usage{Present: true, InputTokens: 12, OutputTokens: 30}, Finish: adapters.FinishStop},
-	{Dir: "anthropic", Name: "thinking", Adapter: ad,
+	{Dir: "anthropic", Name: "thinking", Adapter: ad, Model: "claude-sonnet-4-5-20250929",
 		Usage: adapters.Usage{Present: true, InputTokens: 69, OutputTokens: 53}, Finish: adapters.FinishStop},
-	{Dir: "anthropic", Name: "parallel-tools", Adapter: ad,
+	{Dir: "anthropic", Name: "parallel-tools", Adapter: ad, Model: "claude-sonnet-4-5-20250929",
 		Usage:  adapters.Usage{Present: true, InputTokens: 612 + 1536, OutputTokens: 131, CachedTokens: 1536},
 		Finish: adapters.FinishToolCalls,
 		Calls:  []adapters.ToolCall{{ID: "toolu_01TzKb9eUtnJodw30dXxCNFG", Name: "get_weather"}, {ID: "toolu_016t3H0gpONSuLusGiIbIpCu", Name: "get_weather"}}},

@@ -61,6 +61,7 @@ type assembler struct {
 	done   bool
 	ended  bool // message_stop seen
 	calls  int
+	model  []byte // message_start's message.model
 }
 
 // Reset implements adapters.Assembler.
@@ -71,6 +72,7 @@ func (s *assembler) Reset() {
 	s.errRaw = s.errRaw[:0]
 	s.done, s.ended = false, false
 	s.calls = 0
+	s.model = s.model[:0]
 }
 
 // Done implements adapters.Assembler: message_stop, or an error event.
@@ -85,7 +87,9 @@ func (s *assembler) Feed(data []byte) error {
 	ev := rawjson.Str(data)
 	switch rawjson.String(rawjson.MemberRaw(ev, `"type"`)) {
 	case "message_start":
-		s.u.take(gjson.Parse(rawjson.MemberRaw(rawjson.MemberRaw(ev, `"message"`), `"usage"`)))
+		msg := rawjson.MemberRaw(ev, `"message"`)
+		s.u.take(gjson.Parse(rawjson.MemberRaw(msg, `"usage"`)))
+		s.model = adapters.AppendResponseModel(s.model, rawjson.MemberRaw(msg, `"model"`))
 	case "content_block_start":
 		s.startBlock(rawjson.Int(rawjson.MemberRaw(ev, `"index"`)), rawjson.MemberRaw(ev, `"content_block"`))
 	case "content_block_delta":
@@ -242,7 +246,7 @@ func (b *block) appendTo(dst []byte) []byte {
 
 // Result implements adapters.Assembler.
 func (s *assembler) Result() adapters.Turn {
-	t := adapters.Turn{Terminal: s.ended, Usage: s.u.usage()}
+	t := adapters.Turn{Terminal: s.ended, Usage: s.u.usage(), Model: string(s.model)}
 	size := 32
 	for i := range s.n {
 		b := &s.blocks[i]

@@ -254,7 +254,7 @@ func (g *Adapter) ParseResponse(body []byte) (adapters.Turn, error) {
 	if e := root.Get("error"); e.Exists() && e.Type != gjson.Null {
 		return adapters.Turn{Finish: adapters.FinishError, Terminal: true, Error: []byte(e.Raw)}, nil
 	}
-	t := adapters.Turn{Terminal: true}
+	t := adapters.Turn{Terminal: true, Model: adapters.ResponseModel(root.Get("modelVersion").Raw)}
 	cand := root.Get("candidates.0")
 	content := cand.Get("content")
 	if content.IsObject() {

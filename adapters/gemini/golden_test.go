@@ -14,15 +14,15 @@ import (
 var geminiAd = New()
 
 var goldens = []formattest.Golden{
-	{Dir: "gemini", Name: "text", Adapter: geminiAd,
+	{Dir: "gemini", Name: "text", Adapter: geminiAd, Model: "gemini-3-pro-preview",
 		Usage: adapters.Usage{Present: true, InputTokens: 9, OutputTokens: 23 + 185, ReasoningTokens: 185}, Finish: adapters.FinishStop},
-	{Dir: "gemini", Name: "tool-call", Adapter: geminiAd,
+	{Dir: "gemini", Name: "tool-call", Adapter: geminiAd, Model: "gemini-3-pro-preview",
 		Usage: adapters.Usage{Present: true, InputTokens: 29, OutputTokens: 15 + 45, ReasoningTokens: 45}, Finish: adapters.FinishToolCalls,
 		Calls: []adapters.ToolCall{{ID: "", Name: "weather"}}},
-	{Dir: "gemini", Name: "parallel-tools", Adapter: geminiAd,
+	{Dir: "gemini", Name: "parallel-tools", Adapter: geminiAd, Model: "gemini-3-pro-preview",
 		Usage:  adapters.Usage{Present: true, InputTokens: 2114, OutputTokens: 38 + 196, CachedTokens: 1812, ReasoningTokens: 196},
 		Finish: adapters.FinishToolCalls, Calls: []adapters.ToolCall{{ID: "", Name: "get_weather"}, {ID: "", Name: "get_weather"}}},
-	{Dir: "gemini", Name: "thoughts-maxtokens", Adapter: geminiAd, Expected: "-", NoJSON: true,
+	{Dir: "gemini", Name: "thoughts-maxtokens", Adapter: geminiAd, Expected: "-", NoJSON: true, Model: "gemini-2.5-flash",
 		Usage: adapters.Usage{Present: true, InputTokens: 29, OutputTokens: 59, ReasoningTokens: 59}, Finish: adapters.FinishLength},
 }
 

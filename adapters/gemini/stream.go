@@ -32,6 +32,7 @@ type geminiAssembler struct {
 	blocked   bool
 	errRaw    []byte
 	calls     int
+	model     []byte // the first chunk's modelVersion
 }
 
 type gPart struct {
@@ -49,6 +50,7 @@ func (s *geminiAssembler) Reset() {
 	s.blocked = false
 	s.errRaw = s.errRaw[:0]
 	s.calls = 0
+	s.model = s.model[:0]
 }
 
 // Feed implements Assembler for one chunk: an SSE data payload or one
@@ -81,6 +83,8 @@ func (s *geminiAssembler) Feed(data []byte) error {
 			if !rawjson.IsNull(v) {
 				s.errRaw = append(s.errRaw[:0], v...)
 			}
+		case `"modelVersion"`:
+			s.model = adapters.AppendResponseModel(s.model, v)
 		}
 		return true
 	})
@@ -199,6 +203,7 @@ func (s *geminiAssembler) Result() adapters.Turn {
 	m = append(m, "]}"...)
 	t.Message = m
 	t.Usage = s.usage
+	t.Model = string(s.model)
 	t.FinishRaw = string(s.finishRaw)
 	if s.blocked {
 		t.Finish = adapters.FinishContentFilter

@@ -479,6 +479,7 @@ func parseOpenAIResponse(body []byte) (adapters.Turn, error) {
 	}
 	t := adapters.Turn{Message: msg, Terminal: true}
 	t.Usage = openAIUsage(rawjson.Get(body, "usage"))
+	t.Model = adapters.ResponseModel(rawjson.Get(body, "model").Raw)
 	t.FinishRaw = choice.Get("finish_reason").String()
 	rawjson.Get(msg, "tool_calls").ForEach(func(_, c gjson.Result) bool {
 		t.ToolCalls = append(t.ToolCalls, adapters.ToolCall{ID: c.Get("id").String(), Name: c.Get("function.name").String()})
@@ -499,7 +500,7 @@ func parseOpenAIAnswer(body []byte) (adapters.Turn, bool) {
 	if bytes.Contains(body, toolCallsKey) {
 		return adapters.Turn{}, false // (or a string that says so: the slow path is right either way)
 	}
-	top, ok := rawjson.MemberValues(body, "error", "choices", "usage")
+	top, ok := rawjson.MemberValues(body, "error", "choices", "usage", "model")
 	if !ok || top[0] != nil || len(top[1]) < 2 || top[1][0] != '[' {
 		return adapters.Turn{}, false
 	}
@@ -558,7 +559,7 @@ func parseOpenAIAnswer(body []byte) (adapters.Turn, bool) {
 			msg = append(msg[:len(msg)-1], `"content":null}`...)
 		}
 	}
-	t := adapters.Turn{Message: msg, Terminal: true, FinishRaw: finish}
+	t := adapters.Turn{Message: msg, Terminal: true, FinishRaw: finish, Model: adapters.ResponseModel(rawjson.Str(top[3]))}
 	if top[2] != nil {
 		t.Usage = openAIUsage(gjson.Parse(rawjson.Str(top[2])))
 	}

@@ -39,6 +39,7 @@ type openAIAssembler struct {
 	finishRaw []byte
 	done      bool
 	errRaw    []byte
+	model     []byte // the first chunk's model
 }
 
 type oaCall struct {
@@ -105,6 +106,7 @@ func (s *openAIAssembler) Reset() {
 	s.finishRaw = s.finishRaw[:0]
 	s.done = false
 	s.errRaw = s.errRaw[:0]
+	s.model = s.model[:0]
 }
 
 // Feed implements Assembler for one SSE data payload.
@@ -135,6 +137,8 @@ func (s *openAIAssembler) Feed(data []byte) error {
 			if !rawjson.IsNull(v) {
 				s.errRaw = append(s.errRaw[:0], v...)
 			}
+		case `"model"`:
+			s.model = adapters.AppendResponseModel(s.model, v)
 		}
 		return true
 	})
@@ -324,6 +328,7 @@ func (s *openAIAssembler) Result() adapters.Turn {
 	m = append(m, '}')
 	t.Message = m
 	t.Usage = s.usage
+	t.Model = string(s.model)
 	t.FinishRaw = string(s.finishRaw)
 	t.Finish = openAIFinish(t.FinishRaw, s.ncalls > 0)
 	t.Terminal = s.done || (s.d.DoneOptional && len(s.finishRaw) > 0)

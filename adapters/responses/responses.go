@@ -364,7 +364,7 @@ func (a *Adapter) ParseResponse(body []byte) (adapters.Turn, error) {
 		}
 		return adapters.Turn{}, fmt.Errorf("parse response: %w", adapters.ErrNoAnswer)
 	}
-	t := adapters.Turn{Terminal: true}
+	t := adapters.Turn{Terminal: true, Model: adapters.ResponseModel(root.Get("model").Raw)}
 	if out.IsArray() {
 		// The body was checked to be valid JSON, so output is too.
 		t.Message = rawjson.Compact(make([]byte, 0, len(out.Raw)), rawjson.BytesOf(out.Raw))

@@ -22,17 +22,17 @@ var (
 )
 
 var responsesGoldens = []formattest.Golden{
-	{Dir: "openai-responses", Name: "text", Adapter: respAd,
+	{Dir: "openai-responses", Name: "text", Adapter: respAd, Model: "gpt-5.1-codex-max",
 		Usage: adapters.Usage{Present: true, InputTokens: 299, OutputTokens: 12}, Finish: adapters.FinishStop},
-	{Dir: "openai-responses", Name: "reasoning-tool", Adapter: respAd,
+	{Dir: "openai-responses", Name: "reasoning-tool", Adapter: respAd, Model: "gpt-5.1-codex-max",
 		Usage: adapters.Usage{Present: true, InputTokens: 134, OutputTokens: 28}, Finish: adapters.FinishToolCalls,
 		Calls: []adapters.ToolCall{{ID: "call_AB6AaRZ1FYZB2RwS6A5vbdqn", Name: "calculator"}}},
-	{Dir: "openai-responses", Name: "parallel-tools", Adapter: respAd,
+	{Dir: "openai-responses", Name: "parallel-tools", Adapter: respAd, Model: "gpt-5.1-codex-max",
 		Usage:  adapters.Usage{Present: true, InputTokens: 1843, OutputTokens: 97, CachedTokens: 1664, ReasoningTokens: 38},
 		Finish: adapters.FinishToolCalls,
 		Calls:  []adapters.ToolCall{{ID: "call_dsSRzXOROrILG48hJaEy1JSR", Name: "get_weather"}, {ID: "call_XAS6JGzqCNWmO52wVwD9kh8w", Name: "get_weather"}}},
 	// The ChatGPT/Codex backend streams the same events (chatgpt-codex/README.md).
-	{Dir: "openai-responses", Name: "parallel-tools", Adapter: chatGPTAd,
+	{Dir: "openai-responses", Name: "parallel-tools", Adapter: chatGPTAd, Model: "gpt-5.1-codex-max",
 		Usage:  adapters.Usage{Present: true, InputTokens: 1843, OutputTokens: 97, CachedTokens: 1664, ReasoningTokens: 38},
 		Finish: adapters.FinishToolCalls,
 		Calls:  []adapters.ToolCall{{ID: "call_dsSRzXOROrILG48hJaEy1JSR", Name: "get_weather"}, {ID: "call_XAS6JGzqCNWmO52wVwD9kh8w", Name: "get_weather"}}},

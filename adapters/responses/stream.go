@@ -43,7 +43,8 @@ type responsesAssembler struct {
 	reason    []byte
 	terminal  bool
 	errRaw    []byte
-	errLocked bool // errRaw came from an "error" event; response.failed keeps it
+	errLocked bool   // errRaw came from an "error" event; response.failed keeps it
+	model     []byte // the first response object's model (response.created)
 }
 
 // rsItem is one output item being assembled.
@@ -81,6 +82,7 @@ func (s *responsesAssembler) Reset() {
 	s.terminal = false
 	s.errRaw = s.errRaw[:0]
 	s.errLocked = false
+	s.model = s.model[:0]
 }
 
 // item returns the item at output_index raw (the last item when raw is
@@ -215,6 +217,9 @@ func (s *responsesAssembler) Feed(data []byte) error {
 	case `"error"`:
 		s.eventError(data, errv)
 	}
+	if len(s.model) == 0 && rawjson.IsObject(resp) {
+		s.model = adapters.AppendResponseModel(s.model, rawjson.MemberRaw(resp, `"model"`))
+	}
 	return nil
 }
 
@@ -308,7 +313,7 @@ func (s *responsesAssembler) Result() adapters.Turn {
 		buf.Reset()
 		buf.WriteString("[]")
 	}
-	t := adapters.Turn{Message: buf.Bytes(), Usage: s.usage, Terminal: s.terminal}
+	t := adapters.Turn{Message: buf.Bytes(), Usage: s.usage, Terminal: s.terminal, Model: string(s.model)}
 	t.ToolCalls = responsesCalls(t.Message)
 	if s.terminal {
 		t.Finish, t.FinishRaw = responsesFinish(string(s.status), string(s.reason), len(t.ToolCalls) > 0)

@@ -113,6 +113,9 @@ type Golden struct {
 	Usage     adapters.Usage
 	Finish    adapters.FinishReason
 	Calls     []adapters.ToolCall
+	// Model is the model the answer names (Turn.Model), the same in the
+	// stream and the non-stream fixture.
+	Model string
 	// JSONExtra is JSON merged into the expected message for the
 	// non-stream body (fields the non-stream answer has and the stream
 	// does not).
@@ -147,6 +150,9 @@ func CheckTurn(t *testing.T, g Golden, how string, turn adapters.Turn, want any,
 	}
 	if diff := cmp.Diff(g.Calls, turn.ToolCalls); diff != "" {
 		t.Errorf("%s %s: calls (-want +got)\n%s", g.ID(), how, diff)
+	}
+	if turn.Model != g.Model {
+		t.Errorf("%s %s: model %q, want %q", g.ID(), how, turn.Model, g.Model)
 	}
 	if turn.Terminal != wantTerminal {
 		t.Errorf("%s %s: terminal %v, want %v", g.ID(), how, turn.Terminal, wantTerminal)
