@@ -250,3 +250,63 @@ func TestHelmChart(t *testing.T) {
 		}
 	}
 }
+
+// TestPrometheusRules: deploy/prometheus/chronicle-rules.yaml passes
+// `promtool check rules`, and every chronicle series its expressions read
+// is one proxy/internal/metrics declares. Without promtool (Debian's
+// prometheus package; scripts/setup installs it) the promtool half skips,
+// except under CI=true where it fails.
+func TestPrometheusRules(t *testing.T) {
+	const rules = "../../deploy/prometheus/chronicle-rules.yaml"
+	raw, err := os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Rules []struct {
+				Expr string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var declared strings.Builder
+	files, _ := filepath.Glob("../../proxy/internal/metrics/*.go")
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			b, _ := os.ReadFile(f)
+			declared.Write(b)
+		}
+	}
+	name := regexp.MustCompile(`(^|[^:a-z_])((chronicle|gen_ai)_[a-z_]+)`)
+	n := 0
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			for _, m := range name.FindAllStringSubmatch(r.Expr, -1) {
+				n++
+				base := m[2]
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					base = strings.TrimSuffix(base, suffix)
+				}
+				if !strings.Contains(declared.String(), `"`+base+`"`) {
+					t.Errorf("the rules read %s, which chronicle does not export", m[2])
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found only %d series in the rules", n)
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool not found on PATH; CI=true requires it (scripts/setup: apt-get install prometheus)")
+		}
+		t.Skip("promtool not found on PATH (apt-get install prometheus)")
+	}
+	if out, err := exec.Command(promtool, "check", "rules", rules).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+}
