@@ -10,11 +10,15 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/tidwall/gjson"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -31,17 +35,27 @@ type tracing struct {
 	prop   propagation.TextMapPropagator
 	// threadID: spans carry chronicle.thread.id (telemetry.traces.thread_id).
 	threadID bool
+	// content: generation spans carry the messages the client sent and the
+	// answer's text, each up to contentMax bytes of text
+	// (telemetry.traces.content, content_max_bytes).
+	content    bool
+	contentMax int
 }
 
 func newTracing(tp trace.TracerProvider, cfg config.Traces) *tracing {
 	if tp == nil {
 		return nil
 	}
-	return &tracing{
+	t := &tracing{
 		tracer:   tp.Tracer(tracerName, trace.WithInstrumentationVersion(Version)),
 		prop:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}),
 		threadID: cfg.ThreadID,
+		content:  cfg.Content,
 	}
+	if cfg.ContentMaxBytes != nil {
+		t.contentMax = *cfg.ContentMaxBytes
+	}
+	return t
 }
 
 // headerCarrier is a propagation.TextMapCarrier over a fasthttp request's
@@ -72,6 +86,8 @@ const (
 	attrProvider       = attribute.Key("gen_ai.provider.name")
 	attrRequestModel   = attribute.Key("gen_ai.request.model")
 	attrResponseModel  = attribute.Key("gen_ai.response.model")
+	attrInputMessages  = attribute.Key("gen_ai.input.messages")
+	attrOutputMessages = attribute.Key("gen_ai.output.messages")
 	attrInputTokens    = attribute.Key("gen_ai.usage.input_tokens")
 	attrOutputTokens   = attribute.Key("gen_ai.usage.output_tokens")
 	attrFinishReasons  = attribute.Key("gen_ai.response.finish_reasons")
@@ -133,6 +149,11 @@ func (s *Server) startSpan(ctx *fasthttp.RequestCtx, ex *exchange, rest []byte) 
 	if ex.op.Model != "" {
 		attrs = append(attrs, attrRequestModel.String(ex.op.Model))
 	}
+	if tr.content && ex.op.Kind == adapters.OpGenerate {
+		if in := inputMessages(ex.ad, ctx.PostBody(), tr.contentMax); in != "" {
+			attrs = append(attrs, attrInputMessages.String(in))
+		}
+	}
 	ex.traceCtx, ex.span = tr.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 }
 
@@ -153,7 +174,7 @@ func (ex *exchange) endSpan(status int, o *outcome, notStored bool) {
 		sp.End() // sampled out: nothing to record
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 11)
+	attrs := make([]attribute.KeyValue, 0, 12)
 	attrs = append(attrs, attrStatusCode.Int(status))
 	if t := ex.turn; t != nil {
 		attrs = append(attrs, attrRunID.String(t.runID), attrRepairs.Int(len(t.plan.edits)), attrRestoredFields.Int(len(t.plan.restoredFields)))
@@ -171,6 +192,9 @@ func (ex *exchange) endSpan(status int, o *outcome, notStored bool) {
 		}
 		if o.turn.Model != "" {
 			attrs = append(attrs, attrResponseModel.String(o.turn.Model))
+		}
+		if ex.s.tracing.content && len(o.turn.Message) > 0 {
+			attrs = append(attrs, attrOutputMessages.String(outputMessages(ex.ad, o.turn, ex.s.tracing.contentMax)))
 		}
 		if o.turn.FinishRaw != "" {
 			attrs = append(attrs, attrFinishReasons.StringSlice([]string{o.turn.FinishRaw}))
@@ -234,4 +258,88 @@ func (s tracedStore) Finish(ctx context.Context, l store.Lease, f *store.Finish)
 	err := s.Store.Finish(ctx, l, f)
 	endStoreSpan(sp, err)
 	return err
+}
+
+// contentMessage is one message of gen_ai.input.messages and
+// gen_ai.output.messages, in the GenAI semantic conventions' shape, with
+// its visible text as one text part.
+type contentMessage struct {
+	Role         string        `json:"role"`
+	Parts        []contentPart `json:"parts"`
+	FinishReason string        `json:"finish_reason,omitempty"`
+}
+
+type contentPart struct {
+	Type    string `json:"type"`
+	Content string `json:"content"`
+}
+
+// capText cuts s to at most *budget bytes (at a rune boundary) and takes
+// what it keeps from the budget.
+func capText(s string, budget *int) string {
+	if len(s) > *budget {
+		cut := *budget
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	*budget -= len(s)
+	return s
+}
+
+// inputMessages is gen_ai.input.messages for a generation request: the
+// messages the client sent (not the stored history chronicle adds), their
+// visible text within max bytes in all, the latest messages first kept
+// when the budget runs out. "" when the body has no messages array.
+func inputMessages(ad adapters.Adapter, body []byte, max int) string {
+	var msgs []contentMessage
+	if arr, ok := ad.Messages(body); ok {
+		_ = ad.WalkMessages(arr, func(m adapters.Message) bool {
+			msgs = append(msgs, contentMessage{Role: m.Role, Parts: []contentPart{{Type: "text", Content: messageText(ad, m.Raw)}}})
+			return true
+		})
+	} else if in := gjson.GetBytes(body, "input"); ad.Format() == adapters.FormatOpenAIResponses && in.Type == gjson.String {
+		msgs = []contentMessage{{Role: "user", Parts: []contentPart{{Type: "text", Content: in.Str}}}}
+	}
+	if len(msgs) == 0 {
+		return ""
+	}
+	budget := max
+	first := len(msgs)
+	for i := len(msgs) - 1; i >= 0 && budget > 0; i-- {
+		msgs[i].Parts[0].Content = capText(msgs[i].Parts[0].Content, &budget)
+		first = i
+	}
+	b, _ := json.Marshal(msgs[first:])
+	return string(b)
+}
+
+// outputMessages is gen_ai.output.messages for an answer: its visible text
+// within max bytes, and its finish reason.
+func outputMessages(ad adapters.Adapter, t adapters.Turn, max int) string {
+	budget := max
+	role := "assistant"
+	if ad.Format() == adapters.FormatGemini {
+		role = "model"
+	}
+	b, _ := json.Marshal([]contentMessage{{Role: role, FinishReason: t.FinishRaw,
+		Parts: []contentPart{{Type: "text", Content: capText(ad.MessageText(t.Message), &budget)}}}})
+	return string(b)
+}
+
+// messageText is one request message's visible text. A Responses input
+// item is read here (its content a string or input_text parts): the
+// adapter's MessageText reads an output array.
+func messageText(ad adapters.Adapter, raw []byte) string {
+	if ad.Format() != adapters.FormatOpenAIResponses {
+		return ad.MessageText(raw)
+	}
+	c := gjson.GetBytes(raw, "content")
+	if c.Type == gjson.String {
+		return c.Str
+	}
+	var sb strings.Builder
+	adapters.AppendPartsText(&sb, c, false)
+	return sb.String()
 }

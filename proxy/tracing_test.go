@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -350,6 +353,93 @@ connections:
 			}
 			if a := attrsOf(spanNamed(t, exp.GetSpans(), tc.span)); a["gen_ai.response.model"].AsString() != tc.want {
 				t.Errorf("gen_ai.response.model = %q, want %q", a["gen_ai.response.model"].AsString(), tc.want)
+			}
+		})
+	}
+}
+
+// TestTracesContent: with telemetry.traces.content the span carries the
+// messages the client sent and the answer's text as the GenAI
+// conventions' message JSON, cut to content_max_bytes of text (the latest
+// messages kept first); without it, neither. No credential either way.
+func TestTracesContent(t *testing.T) {
+	long := strings.Repeat("é", 40) // 80 bytes
+	body := `{"model":"gpt-4o","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"` + long + `"}]}`
+	fixture := gjson.GetBytes(fixture(t, "openai-chat/text.json"), "choices.0.message.content").String()
+	for _, on := range []bool{false, true} {
+		cfg := tracesConfig
+		if on {
+			cfg = "telemetry: {traces: {content: true, content_max_bytes: 64}}\n" + tracesConfig
+		}
+		p, _, exp := startTracedProxy(t, cfg)
+		resp, got := do(t, "POST", p.URL+"/openai/v1/chat/completions", body, "Authorization", "Bearer "+traceClientKey)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, got)
+		}
+		spans := exp.GetSpans()
+		a := attrsOf(spanNamed(t, spans, "chat gpt-4o"))
+		noSecretIn(t, spans)
+		in, hasIn := a["gen_ai.input.messages"]
+		out, hasOut := a["gen_ai.output.messages"]
+		if !on {
+			if hasIn || hasOut {
+				t.Errorf("content off, yet the span has %q and %q", in.AsString(), out.AsString())
+			}
+			continue
+		}
+		// 64 bytes of text: the user's 80 cut to 32 runes; the system
+		// message before it does not fit.
+		wantIn := `[{"role":"user","parts":[{"type":"text","content":"` + strings.Repeat("é", 32) + `"}]}]`
+		if in.AsString() != wantIn {
+			t.Errorf("gen_ai.input.messages = %s, want %s", in.AsString(), wantIn)
+		}
+		cut := fixture[:64]
+		for !utf8.ValidString(cut) {
+			cut = cut[:len(cut)-1]
+		}
+		wantOut, _ := json.Marshal([]map[string]any{{"role": "assistant", "finish_reason": "stop",
+			"parts": []map[string]string{{"type": "text", "content": cut}}}})
+		if !jsonEqual(t, []byte(out.AsString()), wantOut) {
+			t.Errorf("gen_ai.output.messages = %s, want %s", out.AsString(), wantOut)
+		}
+	}
+}
+
+// TestTracesContentFormats: gen_ai.input.messages reads each format's
+// request messages: Gemini contents, Anthropic content blocks, Responses
+// input items and a Responses input string.
+func TestTracesContentFormats(t *testing.T) {
+	p, _, exp := startTracedProxy(t, "telemetry: {traces: {content: true}}\n"+`
+connections:
+  - {name: openai, provider: openai, base_url: "${MOCK}", persist: false}
+  - {name: gemini, provider: gemini, base_url: "${MOCK}", persist: false}
+  - {name: claude, provider: anthropic, base_url: "${MOCK}", persist: false}
+`)
+	oa := []string{"Authorization", "Bearer " + traceClientKey}
+	for _, tc := range []struct {
+		name, path, body, span, want string
+		headers                      []string
+	}{
+		{"gemini", "/gemini/v1beta/models/gemini-2.5-pro:generateContent", `{"contents":[{"role":"user","parts":[{"text":"hello g"}]}]}`,
+			"generate_content gemini-2.5-pro", `[{"role":"user","parts":[{"type":"text","content":"hello g"}]}]`, []string{"X-Goog-Api-Key", traceClientKey}},
+		{"anthropic", "/claude/v1/messages", `{"model":"claude-x","max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"hello a"}]}]}`,
+			"chat claude-x", `[{"role":"user","parts":[{"type":"text","content":"hello a"}]}]`, anthropicHeaders("", "X-Mock-Scenario", "text")},
+		{"responses items", "/openai/v1/responses", `{"model":"gpt-5","input":[{"role":"user","content":"hello r"},{"type":"message","role":"user","content":[{"type":"input_text","text":"hello s"}]}]}`,
+			"chat gpt-5", `[{"role":"user","parts":[{"type":"text","content":"hello r"}]},{"role":"user","parts":[{"type":"text","content":"hello s"}]}]`, oa},
+		{"responses string", "/openai/v1/responses", `{"model":"gpt-5-mini","input":"hello t"}`,
+			"chat gpt-5-mini", `[{"role":"user","parts":[{"type":"text","content":"hello t"}]}]`, oa},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, got := do(t, "POST", p.URL+tc.path, tc.body, tc.headers...)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, got)
+			}
+			a := attrsOf(spanNamed(t, exp.GetSpans(), tc.span))
+			if in := a["gen_ai.input.messages"].AsString(); in != tc.want {
+				t.Errorf("gen_ai.input.messages = %s, want %s", in, tc.want)
+			}
+			if out := a["gen_ai.output.messages"].AsString(); !strings.Contains(out, `"parts":[{"type":"text","content":"`) || strings.Contains(out, `"content":""`) {
+				t.Errorf("gen_ai.output.messages = %s, want the answer's text", out)
 			}
 		})
 	}

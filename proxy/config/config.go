@@ -221,6 +221,14 @@ type Traces struct {
 	// ThreadID adds the thread id (chronicle.thread.id) to each span: off
 	// by default, since a thread id a client chose may say who it is.
 	ThreadID bool `yaml:"thread_id"`
+	// Content puts the messages the client sent and the answer's text on
+	// each generation's span (gen_ai.input.messages,
+	// gen_ai.output.messages): off by default, since they are what users
+	// wrote. Never headers or keys.
+	Content bool `yaml:"content"`
+	// ContentMaxBytes caps the text of each of those attributes (nil:
+	// 8192).
+	ContentMaxBytes *int `yaml:"content_max_bytes"`
 }
 
 // On reports whether traces are exported.
@@ -492,6 +500,10 @@ func (c *Config) applyDefaults() {
 		one := 1.0
 		c.Telemetry.Traces.SampleRatio = &one
 	}
+	if c.Telemetry.Traces.ContentMaxBytes == nil {
+		n := 8192
+		c.Telemetry.Traces.ContentMaxBytes = &n
+	}
 	for i := range c.Connections {
 		cn := &c.Connections[i]
 		if cn.Timeouts.FirstByte == 0 {
@@ -655,6 +667,9 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(tr.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("telemetry.traces.endpoint", "want host:port or an http(s) URL, got %q", tr.Endpoint)
 		}
+	}
+	if n := tr.ContentMaxBytes; n != nil && (*n < 64 || *n > 1<<20) {
+		bad("telemetry.traces.content_max_bytes", "must be between 64 and 1048576, got %d", *n)
 	}
 	for name := range tr.Headers {
 		if strings.TrimSpace(name) == "" || strings.ContainsAny(name, " \t\r\n:") {

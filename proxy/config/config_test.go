@@ -101,6 +101,9 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"traces http endpoint bad scheme", "telemetry: {traces: {exporter: otlp-http, endpoint: 'ftp://c:4318'}}", []string{"telemetry.traces.endpoint: want host:port or an http(s) URL"}},
 		{"traces header name", "telemetry: {traces: {headers: {'a b': x}}}", []string{`telemetry.traces.headers: want header names, got "a b"`}},
 		{"traces thread_id not a bool", "telemetry: {traces: {thread_id: maybe}}", []string{`telemetry.traces.thread_id: want true or false, got "maybe"`}},
+		{"traces content not a bool", "telemetry: {traces: {content: sometimes}}", []string{`telemetry.traces.content: want true or false, got "sometimes"`}},
+		{"traces content cap too small", "telemetry: {traces: {content: true, content_max_bytes: 10}}", []string{"telemetry.traces.content_max_bytes: must be between 64 and 1048576, got 10"}},
+		{"traces content cap too large", "telemetry: {traces: {content_max_bytes: 2000000}}", []string{"telemetry.traces.content_max_bytes: must be between 64 and 1048576"}},
 		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
 	}
 	for _, tt := range tests {
@@ -125,15 +128,15 @@ func TestTracesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr := cfg.Telemetry.Traces; tr.On() || tr.Exporter != "none" || *tr.SampleRatio != 1 || tr.ThreadID {
+	if tr := cfg.Telemetry.Traces; tr.On() || tr.Exporter != "none" || *tr.SampleRatio != 1 || tr.ThreadID || tr.Content || *tr.ContentMaxBytes != 8192 {
 		t.Fatalf("traces defaults: %+v", tr)
 	}
-	cfg, err = Parse([]byte("telemetry: {traces: {exporter: otlp-http, endpoint: 'https://c:4318', insecure: true, sample_ratio: 0.25, thread_id: true, headers: {authorization: 'Bearer tok-123'}}}"), noEnv)
+	cfg, err = Parse([]byte("telemetry: {traces: {exporter: otlp-http, endpoint: 'https://c:4318', insecure: true, sample_ratio: 0.25, thread_id: true, content: true, content_max_bytes: 1024, headers: {authorization: 'Bearer tok-123'}}}"), noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := cfg.Telemetry.Traces
-	if !tr.On() || tr.Endpoint != "https://c:4318" || !tr.Insecure || *tr.SampleRatio != 0.25 || !tr.ThreadID || tr.Headers["authorization"].Reveal() != "Bearer tok-123" {
+	if !tr.On() || tr.Endpoint != "https://c:4318" || !tr.Insecure || *tr.SampleRatio != 0.25 || !tr.ThreadID || !tr.Content || *tr.ContentMaxBytes != 1024 || tr.Headers["authorization"].Reveal() != "Bearer tok-123" {
 		t.Fatalf("traces: %+v", tr)
 	}
 	if s := fmt.Sprintf("%v %+v", tr, tr); strings.Contains(s, "tok-123") {
