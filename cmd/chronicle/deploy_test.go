@@ -249,6 +249,36 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("GET %s: %d", path, code)
 		}
 	}
+
+	// helm is no Debian package, and CI does not build it: where one is on
+	// PATH, the chart must also lint clean and render, with the config in
+	// the ConfigMap as values.yaml has it.
+	t.Run("helm", func(t *testing.T) {
+		helm, err := exec.LookPath("helm")
+		if err != nil {
+			t.Skip("helm not on PATH (go install helm.sh/helm/v3/cmd/helm@v3.21.4 to run this)")
+		}
+		if out, err := exec.Command(helm, "lint", "--strict", dir).CombinedOutput(); err != nil {
+			t.Fatalf("helm lint --strict: %v\n%s", err, out)
+		}
+		out, err := exec.Command(helm, "template", "chronicle", dir).Output()
+		if err != nil {
+			t.Fatalf("helm template: %v", err)
+		}
+		for _, doc := range strings.Split(string(out), "\n---\n") {
+			var cm struct {
+				Kind string            `yaml:"kind"`
+				Data map[string]string `yaml:"data"`
+			}
+			if yaml.Unmarshal([]byte(doc), &cm) == nil && cm.Kind == "ConfigMap" {
+				if strings.TrimRight(cm.Data["config.yaml"], "\n") != strings.TrimRight(values.Config, "\n") {
+					t.Errorf("the rendered ConfigMap's config differs from values.yaml's:\n%s", cm.Data["config.yaml"])
+				}
+				return
+			}
+		}
+		t.Error("helm template rendered no ConfigMap")
+	})
 }
 
 // TestPrometheusRules: deploy/prometheus/chronicle-rules.yaml passes
