@@ -104,6 +104,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
+	leases  map[string]namedLease // Lease (erasure.go)
 
 	// broken is the failed log sync that stops every write (syncLog).
 	broken atomic.Pointer[error]
@@ -811,6 +812,9 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 			return nil
 		})
 		if err != nil {
+			return err
+		}
+		if err := dropSubjects(tx, tb, k); err != nil {
 			return err
 		}
 		id := threadID(k)
