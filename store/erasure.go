@@ -92,3 +92,36 @@ func ValidSubject(s string) error {
 	}
 	return nil
 }
+
+// Shredder is the crypto-shredding hook: a store that encrypts at rest
+// under per-tenant data keys implements it, and ShredTenant deletes the
+// tenant's keys, so that a copy of its data left below the key level (an
+// unrewritten AOF, an uncompacted table file, a backup) can no longer be
+// read. The erasure of a tenant (proxy/admin) calls it after deleting the
+// tenant's threads, when the store (or one it wraps) implements it.
+type Shredder interface {
+	ShredTenant(ctx context.Context, tenant string) error
+}
+
+// Unwrapper is implemented by stores that wrap another (the spool, the
+// metering): Unwrap returns the wrapped store.
+type Unwrapper interface {
+	Unwrap() Store
+}
+
+// As finds, in st or the stores it wraps (Unwrapper), one that implements
+// T: As[Erasure](st).
+func As[T any](st Store) (T, bool) {
+	for st != nil {
+		if v, ok := st.(T); ok {
+			return v, true
+		}
+		u, ok := st.(Unwrapper)
+		if !ok {
+			break
+		}
+		st = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}

@@ -1,0 +1,90 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+
+	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/threaddoc"
+	"github.com/valyala/fasthttp"
+)
+
+// eraser reads ?actor= and ?reason=. Without an actor the tombstone
+// names the admin token by a fingerprint (the first 8 hex digits of its
+// SHA-256), so that erasures made under a rotated token stay apart.
+func (h *Handler) eraser(ctx *fasthttp.RequestCtx) (Eraser, bool) {
+	args := ctx.QueryArgs()
+	e := Eraser{Actor: string(args.Peek("actor")), Reason: string(args.Peek("reason"))}
+	if err := CheckEraser(e); err != nil {
+		h.badInput(ctx, err)
+		return e, false
+	}
+	if e.Actor == "" {
+		sum := sha256.Sum256([]byte(h.token.Reveal()))
+		e.Actor = "admin-token:" + hex.EncodeToString(sum[:4])
+	}
+	return e, true
+}
+
+func (h *Handler) eraseSubject(ctx *fasthttp.RequestCtx, a *Audit, tenant, subject string) {
+	by, ok := h.eraser(ctx)
+	if !ok {
+		return
+	}
+	rctx, cancel := h.storeCtx(12)
+	defer cancel()
+	out, err := a.EraseSubject(rctx, tenant, subject, by)
+	h.erased(ctx, out, err)
+}
+
+func (h *Handler) eraseTenant(ctx *fasthttp.RequestCtx, a *Audit, tenant string) {
+	by, ok := h.eraser(ctx)
+	if !ok {
+		return
+	}
+	rctx, cancel := h.storeCtx(12)
+	defer cancel()
+	out, err := a.EraseTenant(rctx, tenant, by)
+	h.erased(ctx, out, err)
+}
+
+// erased answers an erasure: 200 with what it removed, also when threads
+// with a run in flight were left (complete false, busy names them).
+func (h *Handler) erased(ctx *fasthttp.RequestCtx, out Erased, err error) {
+	if errors.Is(err, ErrNoErasure) {
+		apierr.Write(ctx, h.shape, apierr.New(apierr.NotFound, "This store cannot erase by subject or tenant."))
+		return
+	}
+	if err != nil {
+		h.auditError(ctx, err)
+		return
+	}
+	h.log.Info("erased by admin", "scope", out.Scope, "threads", out.Threads, "runs", out.Runs, "busy", len(out.Busy), "tombstone", out.Tombstone)
+	threaddoc.WriteJSON(ctx, h.shape, 200, out)
+}
+
+func (h *Handler) tombstones(ctx *fasthttp.RequestCtx, a *Audit) {
+	limit := 100
+	if v := ctx.QueryArgs().Peek("limit"); len(v) > 0 {
+		n, err := strconv.Atoi(string(v))
+		if err != nil || n < 1 || n > 1000 {
+			h.badRequest(ctx, apierr.InvalidFilter, "limit must be an integer from 1 to 1000.")
+			return
+		}
+		limit = n
+	}
+	rctx, cancel := h.storeCtx(1)
+	defer cancel()
+	ts, err := a.Tombstones(rctx, limit)
+	if errors.Is(err, ErrNoErasure) {
+		apierr.Write(ctx, h.shape, apierr.New(apierr.NotFound, "This store keeps no tombstones."))
+		return
+	}
+	if err != nil {
+		h.auditError(ctx, err)
+		return
+	}
+	threaddoc.WriteJSON(ctx, h.shape, 200, map[string]any{"tombstones": ts})
+}
