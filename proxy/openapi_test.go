@@ -232,6 +232,10 @@ connections:
 		{"DELETE", "/admin/tenants/t9?actor=dpo", adm, 200},
 		{"DELETE", "/admin/tenants/bad%20t", adm, 400},
 		{"DELETE", "/admin/tenants/t9", nil, 401},
+		{"POST", "/admin/prune?dry_run=true", adm, 200},
+		{"POST", "/admin/prune", adm, 200},
+		{"POST", "/admin/prune?dry_run=maybe", adm, 400},
+		{"POST", "/admin/prune", nil, 401},
 
 		{"GET", "/openapi.json", nil, 200},
 	})

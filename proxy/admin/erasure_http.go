@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"time"
 
+	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/threaddoc"
 	"github.com/valyala/fasthttp"
@@ -87,4 +89,34 @@ func (h *Handler) tombstones(ctx *fasthttp.RequestCtx, a *Audit) {
 		return
 	}
 	threaddoc.WriteJSON(ctx, h.shape, 200, map[string]any{"tombstones": ts})
+}
+
+// prune runs the retention pass now (?dry_run=true: lists what would go).
+// It takes no lease: a pass running meanwhile on a replica deletes the
+// same threads, and a delete is idempotent.
+func (h *Handler) prune(ctx *fasthttp.RequestCtx, a *Audit) {
+	dry := false
+	switch v := string(ctx.QueryArgs().Peek("dry_run")); v {
+	case "", "false":
+	case "true":
+		dry = true
+	default:
+		h.badRequest(ctx, apierr.InvalidFilter, "dry_run must be true or false.")
+		return
+	}
+	cfg := h.cfg
+	if cfg == nil {
+		cfg = &config.Config{}
+	}
+	rctx, cancel := h.storeCtx(12)
+	defer cancel()
+	out, err := a.Prune(rctx, cfg, time.Now(), dry)
+	if err != nil {
+		h.auditError(ctx, err)
+		return
+	}
+	if !dry {
+		h.log.Info("pruned by admin", "threads", len(out.Threads), "runs", out.Runs, "busy", len(out.Busy))
+	}
+	threaddoc.WriteJSON(ctx, h.shape, 200, out)
 }

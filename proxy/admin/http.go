@@ -34,6 +34,7 @@ import (
 //	DELETE /admin/subjects/{tenant}/{subject}   erase a subject's threads
 //	DELETE /admin/tenants/{tenant}              erase a tenant's threads
 //	GET    /admin/tombstones                    the erasures' audit trail
+//	POST   /admin/prune[?dry_run=true]          the retention pass, now
 //
 // Path segments are URL-unescaped, so a tenant with '/' or '%' travels as
 // %2F / %25. The table routes below is what is served; the list above is
@@ -107,6 +108,8 @@ var routes = []adminRoute{
 		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, v []string) { h.eraseTenant(ctx, a, v[0]) }},
 	{route.Route{Method: "GET", Path: "/admin/tombstones"},
 		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, _ []string) { h.tombstones(ctx, a) }},
+	{route.Route{Method: "POST", Path: "/admin/prune"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, _ []string) { h.prune(ctx, a) }},
 }
 
 // Routes lists every route ServeAdmin answers, in full ("/admin/...").

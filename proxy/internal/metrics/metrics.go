@@ -58,7 +58,8 @@ type Metrics struct {
 	unpersistedC prometheus.Counter
 	replayedC    prometheus.Counter
 
-	faults storeFaultMetrics
+	faults    storeFaultMetrics
+	retention retentionMetrics // retention.go
 
 	// conns holds each connection's resolved series ("" is chronicle's own
 	// API); stores and runCounters each known store operation's and run
@@ -170,6 +171,7 @@ func New(version string) *Metrics {
 		f(c)
 	}
 	m.registerStoreFaults()
+	m.registerRetention()
 	m.stores = make(map[string]storeSeries, len(storeOpNames))
 	for _, op := range storeOpNames {
 		m.stores[op] = storeSeries{dur: m.storeOps.WithLabelValues(op), errs: m.storeErrs.WithLabelValues(op)}
