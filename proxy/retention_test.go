@@ -108,6 +108,18 @@ func TestRetentionPass(t *testing.T) {
 				}
 			}
 
+			// The admin document says how long each thread is kept.
+			_, doc := do(t, "GET", p.URL+"/admin/threads/app/recent", "", adminAuth...)
+			updated, _ := time.Parse(time.RFC3339Nano, gjson.GetBytes(doc, "updated_at").String())
+			until, _ := time.Parse(time.RFC3339Nano, gjson.GetBytes(doc, "kept_until").String())
+			if gjson.GetBytes(doc, "retention").String() != "48h0m0s" || !until.Equal(updated.Add(48*time.Hour)) {
+				t.Fatalf("retention of app/recent: %s %s", gjson.GetBytes(doc, "retention"), gjson.GetBytes(doc, "kept_until"))
+			}
+			_, doc = do(t, "GET", p.URL+"/admin/threads/keep/old-a", "", adminAuth...)
+			if gjson.GetBytes(doc, "retention").String() != "forever" || gjson.GetBytes(doc, "kept_until").Raw != "null" {
+				t.Fatalf("retention of keep/old-a: %s %s", gjson.GetBytes(doc, "retention"), gjson.GetBytes(doc, "kept_until").Raw)
+			}
+
 			ran, got, err := p.RetentionPass(context.Background())
 			if err != nil || !ran || len(got.Threads) != 2 || got.Runs != 2 || len(got.Busy) != 1 || got.Tombstone == "" {
 				t.Fatalf("pass: ran %v, %+v, %v", ran, got, err)

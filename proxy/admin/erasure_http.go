@@ -10,6 +10,8 @@ import (
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/threaddoc"
+	"github.com/tidwall/gjson"
+	"github.com/tidwall/sjson"
 	"github.com/valyala/fasthttp"
 )
 
@@ -119,4 +121,27 @@ func (h *Handler) prune(ctx *fasthttp.RequestCtx, a *Audit) {
 		h.log.Info("pruned by admin", "threads", len(out.Threads), "runs", out.Runs, "busy", len(out.Busy))
 	}
 	threaddoc.WriteJSON(ctx, h.shape, 200, out)
+}
+
+// withRetention adds to an admin thread document, when retention is on,
+// its retention under the config: "retention" (a duration, or "forever")
+// and "kept_until" (when the pass may delete it; null for forever).
+// Without retention the document is the tenant API's, byte for byte.
+func (h *Handler) withRetention(doc []byte) []byte {
+	if h.cfg == nil || !h.cfg.RetentionOn() {
+		return doc
+	}
+	p := h.cfg.RetentionFor(gjson.GetBytes(doc, "tenant").String(), gjson.GetBytes(doc, "connection").String())
+	out, err := sjson.SetBytes(doc, "retention", p.String())
+	if err != nil {
+		return doc
+	}
+	var until any // null: forever
+	if updated, err := time.Parse(time.RFC3339Nano, gjson.GetBytes(doc, "updated_at").String()); err == nil && p != config.Forever {
+		until = Expiry(p, updated).UTC().Format(time.RFC3339Nano)
+	}
+	if out2, err := sjson.SetBytes(out, "kept_until", until); err == nil {
+		return out2
+	}
+	return out
 }

@@ -228,7 +228,7 @@ func (h *Handler) thread(ctx *fasthttp.RequestCtx, a *Audit, k store.Key) {
 	}
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(doc)
+	ctx.SetBody(h.withRetention(doc))
 }
 
 func (h *Handler) exportThread(ctx *fasthttp.RequestCtx, a *Audit, k store.Key) {
