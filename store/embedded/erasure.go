@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/store"
@@ -209,7 +211,50 @@ func (s *Store) CompactDeleted(ctx context.Context) error {
 	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, false); err != nil {
 		return unavailable(err)
 	}
-	return nil
+	// Pebble removes the table files a compaction made obsolete in the
+	// background, and keeps those an open reader (an export's snapshot)
+	// still reads until it closes: wait a little for them to go.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left, err := s.obsoleteTables()
+		if err != nil {
+			return unavailable(err)
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			log.Printf("embedded: after an erasure's compaction, %d table files that may hold erased values wait for open readers to end (%v)", len(left), left)
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// obsoleteTables lists the table files in the key space's directory that
+// are no longer part of it (awaiting deletion).
+func (s *Store) obsoleteTables() ([]string, error) {
+	levels, err := s.db.SSTables()
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, ts := range levels {
+		for _, t := range ts {
+			live[fmt.Sprintf("%s.sst", t.FileNum)] = true
+		}
+	}
+	ents, err := os.ReadDir(s.kvDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".sst") && !live[e.Name()] {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
 }
 
 func newID() string {
