@@ -128,6 +128,9 @@ func (a *Audit) erase(ctx context.Context, e store.Erasure, tenant string, threa
 		if err != nil {
 			return out, err
 		}
+		if !n.found {
+			continue // an index entry alone, dropped by the delete
+		}
 		out.Threads++
 		out.Runs += n.runs
 		out.Events += n.events
@@ -165,6 +168,7 @@ func (a *Audit) tombstone(ctx context.Context, e store.Erasure, by Eraser, ts st
 
 // counts are what one thread's deletion removed.
 type counts struct {
+	found    bool // the store had the thread (not only an index entry)
 	runs     int
 	events   int64
 	messages int
@@ -180,6 +184,7 @@ func (a *Audit) deleteCounted(ctx context.Context, k store.Key) (counts, error) 
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return n, err
 	}
+	n.found = err == nil
 	for _, r := range rs {
 		if r.Status == store.Running {
 			return n, ErrBusy
@@ -190,6 +195,7 @@ func (a *Audit) deleteCounted(ctx context.Context, k store.Key) (counts, error) 
 	th, err := a.st.LoadThread(ctx, k)
 	switch {
 	case err == nil:
+		n.found = true
 		n.messages = len(th.Messages)
 	case !errors.Is(err, store.ErrNotFound):
 		return n, err

@@ -20,9 +20,9 @@ type Dumper interface {
 }
 
 // Mentions returns every key of st whose name or value contains one of
-// needles ("key" or "key = value…"); st must be a Dumper.
+// needles; st, or a store it wraps, must be a Dumper.
 func Mentions(ctx context.Context, st store.Store, needles ...string) ([]string, error) {
-	d, ok := st.(Dumper)
+	d, ok := store.As[Dumper](st)
 	if !ok {
 		return nil, fmt.Errorf("storetest: %T does not implement storetest.Dumper", st)
 	}
@@ -56,7 +56,7 @@ var erasureTests = []struct {
 
 func (h *harness) erasure() store.Erasure {
 	h.t.Helper()
-	e, ok := h.s.(store.Erasure)
+	e, ok := store.As[store.Erasure](h.s) // through a wrapper (the spool)
 	if !ok {
 		h.t.Fatalf("%T does not implement store.Erasure", h.s)
 	}
@@ -193,7 +193,7 @@ func testSubjectErasure(t *testing.T, h *harness) {
 			t.Fatal(err)
 		}
 	}
-	if c, ok := h.s.(store.Compactor); ok {
+	if c, ok := store.As[store.Compactor](h.s); ok {
 		if err := c.CompactDeleted(h.ctx); err != nil {
 			t.Fatalf("CompactDeleted: %v", err)
 		}
