@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/chronicle-proxy/chronicle/store"
 )
@@ -126,6 +128,13 @@ func (a *Audit) erase(ctx context.Context, e store.Erasure, tenant string, threa
 			continue
 		}
 		if err != nil {
+			// Part of the scope is gone: the tombstone still records
+			// that much, even when the caller's time ran out.
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			// (The error may name ids; the tombstone does not keep it.)
+			reason := strings.TrimSpace(by.Reason + " (interrupted before the end: call again)")
+			out.Tombstone, _ = a.tombstone(tctx, e, Eraser{Actor: by.Actor, Reason: reason}, ts, out)
 			return out, err
 		}
 		if !n.found {
