@@ -74,6 +74,12 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 			"X-Run-Id must be 1-128 characters of [A-Za-z0-9._:-]."))
 		return nil, nil, false
 	}
+	subject := ctx.Request.Header.Peek("X-Chronicle-Subject")
+	if len(subject) > 0 && store.ValidSubject(string(subject)) != nil {
+		apierr.Write(ctx, ad, apierr.New(apierr.InvalidSubject,
+			"X-Chronicle-Subject must be 1-256 printable ASCII characters without spaces, '{' or '}'."))
+		return nil, nil, false
+	}
 	mode := modeReplace
 	switch m := string(ctx.Request.Header.Peek("X-Thread-Mode")); m {
 	case "", modeReplace:
@@ -121,7 +127,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
-		runID: string(runID), mode: mode, model: ex.op.Model, ownThread: ownThread}
+		runID: string(runID), mode: mode, model: ex.op.Model, ownThread: ownThread, subject: string(subject)}
 	if ex.span != nil {
 		t.st = tracedStore{Store: s.store, ex: ex}
 	}
@@ -148,7 +154,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	t.fingerprint = fingerprint(body)
 	sr := store.StartRun{
 		Key: t.key, RunID: t.runID, Owner: s.replicaID, TTL: s.cfg.Leases.TTL.D(),
-		Fingerprint: t.fingerprint, Model: t.model, LoadThread: true, KnownDigest: known,
+		Fingerprint: t.fingerprint, Model: t.model, LoadThread: true, KnownDigest: known, Subject: t.subject,
 		// compose takes the stored system blob only into a request that
 		// continues or appends and brings none of its own.
 		NoSystem: !(empty || mode == modeAppend) || ad.System(body) != nil,

@@ -157,7 +157,7 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 func (t *turn) setRebuild(fr *finishing) {
 	rs := &fr.rebuild.Start
 	rs.Key, rs.RunID, rs.Owner, rs.TTL = t.key, t.runID, t.s.replicaID, t.s.cfg.Leases.TTL.D()
-	rs.Fingerprint, rs.Model = t.fingerprint, t.model
+	rs.Fingerprint, rs.Model, rs.Subject = t.fingerprint, t.model, t.subject
 	parts, hashes := fr.parts, fr.hashes
 	if parts == nil {
 		parts, hashes = t.parts, t.hashes

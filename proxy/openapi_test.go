@@ -223,6 +223,19 @@ connections:
 		{"DELETE", "/admin/threads/t1/th1", adm, 200},
 		{"DELETE", "/admin/threads/t1/th1", adm, 404},
 		{"DELETE", "/admin/threads/t1/bad!id", adm, 400},
+		{"GET", "/admin/tombstones", adm, 200},
+		{"GET", "/admin/tombstones?limit=0", adm, 400},
+		{"GET", "/admin/tombstones", nil, 401},
+		{"DELETE", "/admin/subjects/t1/nobody?reason=ticket-1", adm, 200},
+		{"DELETE", "/admin/subjects/t1/bad%7Bx%7D", adm, 400},
+		{"DELETE", "/admin/subjects/t1/nobody", nil, 401},
+		{"DELETE", "/admin/tenants/t9?actor=dpo", adm, 200},
+		{"DELETE", "/admin/tenants/bad%20t", adm, 400},
+		{"DELETE", "/admin/tenants/t9", nil, 401},
+		{"POST", "/admin/prune?dry_run=true", adm, 200},
+		{"POST", "/admin/prune", adm, 200},
+		{"POST", "/admin/prune?dry_run=maybe", adm, 400},
+		{"POST", "/admin/prune", nil, 401},
 
 		{"GET", "/openapi.json", nil, 200},
 	})
@@ -274,6 +287,9 @@ type downStore struct {
 }
 
 var errStoreDown = errors.New("test: the store is down")
+
+// Unwrap lets the erasure reach the store's own interfaces (store.As).
+func (d *downStore) Unwrap() store.Store { return d.Store }
 
 func (d *downStore) err() error {
 	if d.down.Load() {

@@ -206,7 +206,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.api = s.newTenantAPI()
 	s.admin = admin.New(admin.Options{Store: s.store, Token: cfg.Admin.Token, Pprof: cfg.Admin.Pprof,
-		Logger: log, StoreTimeout: s.storeTimeout, WriteTimeout: cfg.Limits.WriteTimeout.D(), Shape: openAIAdapter})
+		Logger: log, StoreTimeout: s.storeTimeout, WriteTimeout: cfg.Limits.WriteTimeout.D(), Shape: openAIAdapter, Config: cfg})
 	if s.gates == nil {
 		s.gates = limiter.NewLocalGates()
 	}
@@ -276,6 +276,9 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.stopSweeper = cancel
 		go s.runSweeper(ctx)
 		go s.reportDurability(ctx)
+		if s.cfg.RetentionOn() {
+			go s.runRetention(ctx) // retention.go
+		}
 	}
 	return s.srv.Serve(ln)
 }

@@ -29,6 +29,9 @@ type turn struct {
 	lease store.Lease
 	mode  string
 	model string
+	// subject is X-Chronicle-Subject: whom the turn is about, kept with
+	// the thread for erasure by subject ("" when none).
+	subject string
 
 	// plan is what compose decided: the history as sent, and what was
 	// restored and repaired.

@@ -204,6 +204,11 @@ func TestUIBrowser(t *testing.T) {
 	if title != "acme / weather-paris" {
 		t.Fatalf("title %q", title)
 	}
+	var metaText string
+	eval("meta", `document.querySelector('#detail-meta').innerText`, &metaText)
+	if !strings.Contains(metaText, "kept forever") { // no retention configured
+		t.Fatalf("thread meta lacks its retention:\n%s", metaText)
+	}
 	if got := kindsOf(blocks); got != "system,user,reasoning,tool-call,tool-result,assistant" {
 		t.Fatalf("transcript kinds %s: %+v", got, blocks)
 	}

@@ -34,6 +34,7 @@ var hopHeaders = [][]byte{
 // sees them.
 var chronicleHeaders = [][]byte{
 	[]byte("X-Thread-Id"), []byte("X-Thread-Mode"), []byte("X-Run-Id"), []byte("X-On-Disconnect"),
+	[]byte("X-Chronicle-Subject"),
 }
 
 func isHeaderIn(name []byte, set [][]byte) bool {

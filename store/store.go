@@ -288,6 +288,10 @@ type StartRun struct {
 	// thread's system blob (its request brings or clears its own):
 	// Started.Thread.System is nil, and the store need not read it.
 	NoSystem bool
+	// Subject, when set, is the app-supplied subject of the request
+	// (X-Chronicle-Subject, ValidSubject): the thread keeps it and the
+	// tenant's subject index names the thread (store.Erasure).
+	Subject string
 }
 
 // Digest names a transcript by its message hashes: equal digests mean

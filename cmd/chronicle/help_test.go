@@ -17,7 +17,9 @@ func TestHelpExitsZero(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--help"}, "chronicle threads ls|show|export|rm"},
+		{[]string{"--help"}, "chronicle threads ls|show|export|rm|prune"},
+		{[]string{"subjects", "--help"}, "chronicle subjects rm"},
+		{[]string{"tombstones", "--help"}, "chronicle tombstones"},
 		{[]string{"threads", "--help"}, "chronicle threads export [source]"},
 		{[]string{"threads", "-h"}, "chronicle threads export [source]"},
 		{[]string{"threads", "help"}, "chronicle threads export [source]"},

@@ -27,6 +27,7 @@ const threadsUsage = `usage:
   chronicle threads show   [source] TENANT THREAD [--json]
   chronicle threads export [source] [filters | TENANT THREAD] [-o FILE]
   chronicle threads rm     [source] TENANT THREAD
+  chronicle threads prune  [source] [--dry-run] [--json]   delete threads past their retention
 
 source (one of):
   --url http://host:port   a running proxy; the admin token comes from CHRONICLE_ADMIN_TOKEN
@@ -54,6 +55,7 @@ func threadsCmd(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	all := fs.Bool("all", false, "ls: follow the cursor to the end")
 	out := fs.String("o", "", "export: write to FILE (a progress bar goes to stderr)")
+	dryRun := fs.Bool("dry-run", false, "prune: list what would be deleted, delete nothing")
 	var q admin.AuditQuery
 	var status, since, until string
 	fs.StringVar(&q.Tenant, "tenant", "", "filter: tenant")
@@ -131,6 +133,8 @@ func threadsCmd(args []string, stdout, stderr io.Writer) int {
 		if runs, err = src.Delete(ctx, k); err == nil {
 			fmt.Fprintf(stdout, "deleted %s/%s (%d runs)\n", k.Tenant, k.Thread, runs)
 		}
+	case "prune":
+		err = threadsPrune(ctx, src, *dryRun, *asJSON, stdout) // prune.go
 	default:
 		fmt.Fprintf(stderr, "chronicle threads: unknown subcommand %q\n\n%s", sub, threadsUsage)
 		return 2
@@ -194,13 +198,16 @@ func openSource(ctx context.Context, base, cfgPath string) (auditSource, func(),
 		if err != nil {
 			return nil, nil, err
 		}
-		return storeSource{admin.NewAudit(st)}, func() { st.Close() }, nil
+		return storeSource{a: admin.NewAudit(st), cfg: cfg}, func() { st.Close() }, nil
 	}
 	return nil, nil, errors.New("pass --url http://host:port (a running proxy) or --config FILE (the store directly)")
 }
 
 // storeSource reads the store directly.
-type storeSource struct{ a *admin.Audit }
+type storeSource struct {
+	a   *admin.Audit
+	cfg *config.Config // the retention periods prune applies
+}
 
 func (s storeSource) List(ctx context.Context, q admin.AuditQuery) (admin.AuditPage, error) {
 	return s.a.List(ctx, q)

@@ -48,6 +48,9 @@ type Options struct {
 	// Shape renders every error the handler answers: the OpenAI shape,
 	// whatever the route. Required.
 	Shape apierr.Shape
+	// Config gives the retention periods POST /admin/prune applies and
+	// the thread document's "kept until" (retention.go); nil: forever.
+	Config *config.Config
 }
 
 // Handler serves /admin, /ui and /debug. It is safe for concurrent use.
@@ -60,11 +63,12 @@ type Handler struct {
 	storeTimeout time.Duration
 	writeTimeout time.Duration
 	shape        apierr.Shape
+	cfg          *config.Config
 }
 
 // New returns the handler of o.
 func New(o Options) *Handler {
-	h := &Handler{store: o.Store, token: o.Token, pprof: o.Pprof, log: o.Logger, storeTimeout: o.StoreTimeout, writeTimeout: o.WriteTimeout, shape: o.Shape}
+	h := &Handler{store: o.Store, token: o.Token, pprof: o.Pprof, log: o.Logger, storeTimeout: o.StoreTimeout, writeTimeout: o.WriteTimeout, shape: o.Shape, cfg: o.Config}
 	if h.log == nil {
 		h.log = slog.Default()
 	}

@@ -127,7 +127,21 @@ func (a *Audit) Delete(ctx context.Context, k store.Key) (runs int, err error) {
 			return 0, ErrBusy
 		}
 	}
-	return len(rs), a.st.DeleteThread(ctx, k)
+	if err := a.st.DeleteThread(ctx, k); err != nil {
+		return 0, err
+	}
+	// The audit trail keeps a tombstone (erasure.go), where the store can.
+	if e, ok := store.As[store.Erasure](a.st); ok {
+		out := Erased{Threads: 1, Runs: len(rs)}
+		for _, r := range rs {
+			out.Events += r.Events
+		}
+		ts := store.Tombstone{Scope: "thread", TenantHash: store.IDHash(k.Tenant), ThreadHashes: []string{store.IDHash(k.Tenant, k.Thread)}}
+		if _, err := a.tombstone(ctx, e, Eraser{}, ts, out); err != nil {
+			return len(rs), err
+		}
+	}
+	return len(rs), nil
 }
 
 // ErrBusy: the thread has a running run.

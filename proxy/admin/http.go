@@ -31,6 +31,10 @@ import (
 //	GET    /admin/export                        JSONL of every thread that passes the filters, streamed
 //	GET    /admin/usage                         usage totals by tenant, connection, model or day
 //	GET    /admin/threads/{tenant}/{thread}/runs/{run}  one run, with its stored answer and upstream body
+//	DELETE /admin/subjects/{tenant}/{subject}   erase a subject's threads
+//	DELETE /admin/tenants/{tenant}              erase a tenant's threads
+//	GET    /admin/tombstones                    the erasures' audit trail
+//	POST   /admin/prune[?dry_run=true]          the retention pass, now
 //
 // Path segments are URL-unescaped, so a tenant with '/' or '%' travels as
 // %2F / %25. The table routes below is what is served; the list above is
@@ -97,6 +101,15 @@ var routes = []adminRoute{
 		func(h *Handler, ctx *fasthttp.RequestCtx, _ *Audit, v []string) {
 			h.run(ctx, store.Key{Tenant: v[0], Thread: v[1]}, v[2])
 		}},
+	// Erasure and its audit trail (erasure_http.go).
+	{route.Route{Method: "DELETE", Path: "/admin/subjects/{tenant}/{subject}"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, v []string) { h.eraseSubject(ctx, a, v[0], v[1]) }},
+	{route.Route{Method: "DELETE", Path: "/admin/tenants/{tenant}"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, v []string) { h.eraseTenant(ctx, a, v[0]) }},
+	{route.Route{Method: "GET", Path: "/admin/tombstones"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, _ []string) { h.tombstones(ctx, a) }},
+	{route.Route{Method: "POST", Path: "/admin/prune"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, _ []string) { h.prune(ctx, a) }},
 }
 
 // Routes lists every route ServeAdmin answers, in full ("/admin/...").
@@ -215,7 +228,7 @@ func (h *Handler) thread(ctx *fasthttp.RequestCtx, a *Audit, k store.Key) {
 	}
 	ctx.SetStatusCode(200)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(doc)
+	ctx.SetBody(h.withRetention(doc))
 }
 
 func (h *Handler) exportThread(ctx *fasthttp.RequestCtx, a *Audit, k store.Key) {

@@ -97,6 +97,8 @@ type Config struct {
 	Telemetry   Telemetry    `yaml:"telemetry"`
 	Clients     []Client     `yaml:"clients"`
 	Connections []Connection `yaml:"connections"`
+	// Retention is how long threads are kept (retention.go).
+	Retention Retention `yaml:"retention"`
 }
 
 // Store selects and configures the storage backend.
@@ -273,6 +275,9 @@ type Connection struct {
 	OnDisconnect string `yaml:"on_disconnect"`  // abort | detach
 	OnStoreError string `yaml:"on_store_error"` // fail | pass
 	Persist      *bool  `yaml:"persist"`        // default true
+	// Retention shortens how long this connection's threads are kept
+	// (retention.go); nil: the tenant's period alone.
+	Retention *Period `yaml:"retention"`
 
 	baseURL *url.URL
 }
@@ -414,6 +419,9 @@ func Expand(raw []byte, lookup func(string) (string, bool)) ([]byte, error) {
 func (c *Config) applyDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:8080"
+	}
+	if c.Retention.Interval == 0 {
+		c.Retention.Interval = Duration(time.Hour)
 	}
 	if c.Store.Driver == "" {
 		c.Store.Driver = "embedded"
@@ -796,6 +804,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	c.validateRetention(bad)
 	return errors.Join(errs...)
 }
 

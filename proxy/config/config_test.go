@@ -101,9 +101,17 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"traces http endpoint bad scheme", "telemetry: {traces: {exporter: otlp-http, endpoint: 'ftp://c:4318'}}", []string{"telemetry.traces.endpoint: want host:port or an http(s) URL"}},
 		{"traces header name", "telemetry: {traces: {headers: {'a b': x}}}", []string{`telemetry.traces.headers: want header names, got "a b"`}},
 		{"traces thread_id not a bool", "telemetry: {traces: {thread_id: maybe}}", []string{`telemetry.traces.thread_id: want true or false, got "maybe"`}},
+<<<<<<< HEAD
 		{"traces content not a bool", "telemetry: {traces: {content: sometimes}}", []string{`telemetry.traces.content: want true or false, got "sometimes"`}},
 		{"traces content cap too small", "telemetry: {traces: {content: true, content_max_bytes: 10}}", []string{"telemetry.traces.content_max_bytes: must be between 64 and 1048576, got 10"}},
 		{"traces content cap too large", "telemetry: {traces: {content_max_bytes: 2000000}}", []string{"telemetry.traces.content_max_bytes: must be between 64 and 1048576"}},
+=======
+		{"retention not a period", "retention: {default: someday}", []string{`retention.default: want a positive duration such as 720h, or forever, got "someday"`}},
+		{"retention too short", "retention: {tenants: {app-one: 30s}}", []string{"retention.tenants.app-one: must be at least 1m"}},
+		{"retention bad tenant", "retention: {tenants: {'a b': 1h}}", []string{`retention.tenants: "a b" is not a tenant name`}},
+		{"retention interval", "retention: {interval: 10s}", []string{"retention.interval: must be between 1m and 24h"}},
+		{"connection retention", "connections: [{name: a, provider: openai, base_url: 'http://x', retention: 5s}]", []string{"connections[0] (a).retention: must be at least 1m"}},
+>>>>>>> issue31-erasure
 		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
 	}
 	for _, tt := range tests {
@@ -246,5 +254,43 @@ func TestKnownKeysStillDecode(t *testing.T) {
 	}
 	if _, err := Parse([]byte("- a\n"), noEnv); err == nil || !strings.Contains(err.Error(), "must be a mapping") {
 		t.Fatalf("a list as the file: %v", err)
+	}
+}
+
+// TestRetentionFor: a thread is kept for the shorter of its tenant's
+// period (or the default) and its connection's; forever is the longest.
+func TestRetentionFor(t *testing.T) {
+	cfg, err := Parse([]byte(`
+retention: {default: 720h, tenants: {keep: forever, short: 24h}}
+connections:
+  - {name: a, provider: openai, base_url: "http://x"}
+  - {name: b, provider: openai, base_url: "http://x", retention: 48h}
+  - {name: c, provider: openai, base_url: "http://x", retention: forever}
+`), noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(n int) Period { return Period(time.Duration(n) * time.Hour) }
+	for _, c := range []struct {
+		tenant, conn string
+		want         Period
+	}{
+		{"other", "a", h(720)}, {"other", "b", h(48)}, {"other", "c", h(720)}, {"other", "gone", h(720)},
+		{"keep", "a", Forever}, {"keep", "b", h(48)}, {"keep", "c", Forever},
+		{"short", "a", h(24)}, {"short", "b", h(24)},
+	} {
+		if got := cfg.RetentionFor(c.tenant, c.conn); got != c.want {
+			t.Errorf("RetentionFor(%s, %s) = %v, want %v", c.tenant, c.conn, got, c.want)
+		}
+	}
+	if got := cfg.ShortestRetention("keep"); got != h(48) {
+		t.Errorf("ShortestRetention(keep) = %v", got)
+	}
+	if !cfg.RetentionOn() || cfg.Retention.Interval.D() != time.Hour {
+		t.Errorf("on %v, interval %v", cfg.RetentionOn(), cfg.Retention.Interval.D())
+	}
+	def, _ := Parse([]byte("connections: [{name: a, provider: openai, base_url: 'http://x'}]"), noEnv)
+	if def.RetentionOn() || def.RetentionFor("t", "a") != Forever {
+		t.Error("retention is on by default")
 	}
 }

@@ -29,6 +29,9 @@
 //	sess/<connection>\x00<model>            session id
 //	blob/<name>                             thread id of the file blobs/<name>
 //
+// and the erasure's (erasure.go): t/<thread>/subj/<subject>,
+// subjidx/<tenant>\x00<subject>\x00<thread>, tomb/<^at ms><id>.
+//
 // A message, response or upstream body of 128 KiB or more is a file in
 // blobs/ and its row a reference to it (blobs.go).
 package embedded
@@ -95,6 +98,7 @@ type Store struct {
 	fs      *walFS
 	opts    Options
 	blobDir string
+	kvDir   string // the key space's directory (CompactDeleted)
 
 	ops     chan op
 	stop    chan struct{}
@@ -104,6 +108,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	waiters map[string]chan struct{}
+	leases  map[string]namedLease // Lease (erasure.go)
 
 	// broken is the failed log sync that stops every write (syncLog).
 	broken atomic.Pointer[error]
@@ -178,6 +183,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("embedded: open: %w", err)
 	}
 	s.db, s.cache, s.fs = db, cache, fs
+	s.kvDir = filepath.Join(dir, kvDir)
 	if err := s.sweepBlobs(); err != nil {
 		s.closeKV()
 		return nil, fmt.Errorf("embedded: large values: %w", err)
@@ -811,6 +817,9 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 			return nil
 		})
 		if err != nil {
+			return err
+		}
+		if err := dropSubjects(tx, tb, k); err != nil {
 			return err
 		}
 		id := threadID(k)

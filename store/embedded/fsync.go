@@ -1,6 +1,8 @@
 package embedded
 
 import (
+	"errors"
+	iofs "io/fs"
 	"strings"
 	"sync"
 
@@ -46,8 +48,16 @@ func (fs *walFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, 
 	return fs.wrap(name, f, err)
 }
 
+// ReuseForWrite does not reuse: it removes the old log and creates the
+// new one (the contract allows it). A recycled log keeps the old log's
+// bytes past what the new one has written, deleted values included, until
+// they are overwritten; an erasure must not leave them there
+// (docs/auditors-erasure.md).
 func (fs *walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
+	if err := fs.FS.Remove(oldname); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return nil, err
+	}
+	f, err := fs.FS.Create(newname, category)
 	return fs.wrap(newname, f, err)
 }
 

@@ -99,6 +99,11 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 	if sr.TTL <= 0 {
 		return nil, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
 	}
+	if sr.Subject != "" {
+		if err := store.ValidSubject(sr.Subject); err != nil {
+			return nil, err
+		}
+	}
 	res := new(store.Started)
 	var refused error
 	var lost string
@@ -166,6 +171,9 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 			return err
 		}
 		if err := tx.Bucket(bActive).Put([]byte(runKey(k, sr.RunID)), nil); err != nil {
+			return err
+		}
+		if err := addSubject(tx, tb, k, sr.Subject); err != nil {
 			return err
 		}
 		*res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,

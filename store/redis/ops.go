@@ -366,6 +366,11 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 	if sr.TTL <= 0 {
 		return nil, fmt.Errorf("%w: lease ttl %v", store.ErrInvalid, sr.TTL)
 	}
+	if sr.Subject != "" {
+		if err := store.ValidSubject(sr.Subject); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now()
 	exp := now + sr.TTL.Milliseconds()
 	claimCmd, startCmd, err := s.sendStart(ctx, &sr, now, exp, newAttempt())
@@ -395,6 +400,9 @@ func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int6
 		startCmd = b.script(startScript, []string{s.meta(k), s.tenantRuns(k.Tenant), s.active()}, sr.RunID, sr.Owner, exp, now,
 			sr.Fingerprint, startRecord(sr.Model, now, sr.Owner, exp), s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest,
 			k.Thread, k.Tenant+"/"+k.Thread, attempt)
+	}
+	if sr.Subject != "" {
+		s.addSubject(ctx, b.pipe, k, sr.Subject)
 	}
 	return claimCmd, startCmd, b.exec(s)
 }
@@ -952,9 +960,12 @@ func (s *Store) DeleteThread(ctx context.Context, k store.Key) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	runs, err := deleteScript.Run(ctx, s.c, []string{s.meta(k)}).StringSlice()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	runs, subs, err := deleteReply(deleteScript.Run(ctx, s.c, []string{s.meta(k)}))
+	if err != nil {
 		return mapErr(err)
+	}
+	if err := s.unindexSubjects(ctx, k, subs); err != nil {
+		return err
 	}
 	if !s.cluster {
 		// One step, so that a thread created meanwhile in the tenant (whose

@@ -672,13 +672,15 @@ if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', KEYS[5], tenant) en
 return 1
 `)
 
-// deleteScript removes every key of the thread and returns its run ids.
+// deleteScript removes every key of the thread and returns {its run ids,
+// its subjects}.
 var deleteScript = redis.NewScript(luaBase + luaDropBlobs + `
 local runs = redis.call('ZRANGE', p .. 'runs', 0, -1)
 for _, r in ipairs(runs) do
   redis.call('DEL', p .. 'run:' .. r, p .. 'ev:' .. r, p .. 'run:' .. r .. ':resp', p .. 'run:' .. r .. ':up')
 end
 dropblobs(0)
-redis.call('DEL', meta, p .. 'msgs', p .. 'hashes', p .. 'runs', p .. 'intr', p .. 'sys')
-return runs
+local subs = redis.call('SMEMBERS', p .. 'subj')
+redis.call('DEL', meta, p .. 'msgs', p .. 'hashes', p .. 'runs', p .. 'intr', p .. 'sys', p .. 'subj')
+return {runs, subs}
 `)

@@ -656,3 +656,6 @@ func (s *Store) Durability(ctx context.Context) (string, error) {
 	}
 	return d + "; spool on (" + sync + "): a turn Redis cannot take is kept in " + s.opts.Dir + " until it can", nil
 }
+
+// Unwrap returns the backend (store.Unwrapper).
+func (s *Store) Unwrap() store.Store { return s.Store }

@@ -87,6 +87,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"Invalid", testInvalid},
 		{"SaveTranscriptAsync", testSaveAsync},
 	}
+	tests = append(tests, erasureTests...) // erasure.go
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := NewClock()

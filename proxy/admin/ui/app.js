@@ -200,6 +200,7 @@ function renderThread(th) {
     ["updated", fmtTime(th.updated_at)], ["version", th.version], ["messages", th.messages.length],
     ["usage (all runs)", usageText(total)],
   ];
+  rows.push(["retention", th.kept_until ? "kept until " + fmtTime(th.kept_until) + " (" + th.retention + " after its last update)" : "kept forever"]);
   for (const [k, v] of rows) {
     meta.appendChild(el("dt", "", k));
     meta.appendChild(el("dd", "", v));

@@ -22,6 +22,7 @@ const (
 	InvalidThreadID   Code = "invalid_thread_id"
 	InvalidRunID      Code = "invalid_run_id"
 	InvalidThreadMode Code = "invalid_thread_mode"
+	InvalidSubject    Code = "invalid_subject"
 	InvalidCursor     Code = "invalid_cursor"
 	InvalidFilter     Code = "invalid_filter"
 	BodyTooLarge      Code = "body_too_large"
@@ -80,6 +81,7 @@ var table = map[Code]int{
 	InvalidThreadID:   http.StatusBadRequest,
 	InvalidRunID:      http.StatusBadRequest,
 	InvalidThreadMode: http.StatusBadRequest,
+	InvalidSubject:    http.StatusBadRequest,
 	InvalidCursor:     http.StatusBadRequest,
 	InvalidFilter:     http.StatusBadRequest,
 	BodyTooLarge:      http.StatusRequestEntityTooLarge,

@@ -58,8 +58,9 @@ type Metrics struct {
 	unpersistedC prometheus.Counter
 	replayedC    prometheus.Counter
 
-	faults storeFaultMetrics
-	genAI  genAIVecs
+	faults    storeFaultMetrics
+	genAI     genAIVecs
+	retention retentionMetrics // retention.go
 
 	// conns holds each connection's resolved series ("" is chronicle's own
 	// API); stores and runCounters each known store operation's and run
@@ -181,6 +182,7 @@ func New(version string) *Metrics {
 	for _, c := range m.genAI.collectors() {
 		f(c)
 	}
+	m.registerRetention()
 	m.stores = make(map[string]storeSeries, len(storeOpNames))
 	for _, op := range storeOpNames {
 		m.stores[op] = storeSeries{dur: m.storeOps.WithLabelValues(op), errs: m.storeErrs.WithLabelValues(op)}

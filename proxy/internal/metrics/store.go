@@ -112,3 +112,6 @@ func errIgnoring(err error, answers ...error) error {
 	}
 	return err
 }
+
+// Unwrap returns the metered store (store.Unwrapper).
+func (s *Store) Unwrap() store.Store { return s.Store }
