@@ -101,17 +101,14 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"traces http endpoint bad scheme", "telemetry: {traces: {exporter: otlp-http, endpoint: 'ftp://c:4318'}}", []string{"telemetry.traces.endpoint: want host:port or an http(s) URL"}},
 		{"traces header name", "telemetry: {traces: {headers: {'a b': x}}}", []string{`telemetry.traces.headers: want header names, got "a b"`}},
 		{"traces thread_id not a bool", "telemetry: {traces: {thread_id: maybe}}", []string{`telemetry.traces.thread_id: want true or false, got "maybe"`}},
-<<<<<<< HEAD
 		{"traces content not a bool", "telemetry: {traces: {content: sometimes}}", []string{`telemetry.traces.content: want true or false, got "sometimes"`}},
 		{"traces content cap too small", "telemetry: {traces: {content: true, content_max_bytes: 10}}", []string{"telemetry.traces.content_max_bytes: must be between 64 and 1048576, got 10"}},
 		{"traces content cap too large", "telemetry: {traces: {content_max_bytes: 2000000}}", []string{"telemetry.traces.content_max_bytes: must be between 64 and 1048576"}},
-=======
 		{"retention not a period", "retention: {default: someday}", []string{`retention.default: want a positive duration such as 720h, or forever, got "someday"`}},
 		{"retention too short", "retention: {tenants: {app-one: 30s}}", []string{"retention.tenants.app-one: must be at least 1m"}},
 		{"retention bad tenant", "retention: {tenants: {'a b': 1h}}", []string{`retention.tenants: "a b" is not a tenant name`}},
 		{"retention interval", "retention: {interval: 10s}", []string{"retention.interval: must be between 1m and 24h"}},
 		{"connection retention", "connections: [{name: a, provider: openai, base_url: 'http://x', retention: 5s}]", []string{"connections[0] (a).retention: must be at least 1m"}},
->>>>>>> issue31-erasure
 		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
 	}
 	for _, tt := range tests {
