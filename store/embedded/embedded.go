@@ -387,6 +387,14 @@ type threadMeta struct {
 	LastStatus store.Status `json:"last,omitempty"`
 	Usage      store.Usage  `json:"usage"`
 	Msgs       int          `json:"n,omitempty"`
+	// A fork's parent, fork point and run (store.ForkPoint).
+	ForkParent string `json:"par,omitempty"`
+	ForkAt     int    `json:"fat,omitempty"`
+	ForkRun    string `json:"frun,omitempty"`
+}
+
+func (m *threadMeta) fork() store.ForkPoint {
+	return store.ForkPoint{Parent: m.ForkParent, At: m.ForkAt, Run: m.ForkRun}
 }
 
 // runRec is the JSON kept under t/<thread>/runs/<run>.
@@ -414,6 +422,8 @@ type runRec struct {
 	Fingerprint      string       `json:"fp,omitempty"`
 	Events           int64        `json:"ev,omitempty"`
 	EvExp            int64        `json:"evexp,omitempty"`
+	End              int          `json:"end,omitempty"`
+	Redactions       []byte       `json:"red,omitempty"`
 }
 
 func (r *runRec) toRun(k store.Key, id string) store.Run {
@@ -424,7 +434,7 @@ func (r *runRec) toRun(k store.Key, id string) store.Run {
 		SessionID: r.SessionID, Partial: r.Partial, Interrupts: []store.Interrupt{},
 		LeaseOwner: r.LeaseOwner, LeaseToken: r.LeaseToken, LeaseExpires: fromMS(r.LeaseExp),
 		DetachedSince: fromMS(r.Detached), CancelRequested: r.Cancel, ResumedBy: r.ResumedBy,
-		Fingerprint: r.Fingerprint, Events: r.Events,
+		Fingerprint: r.Fingerprint, Events: r.Events, End: r.End, Redactions: r.Redactions,
 	}
 }
 
@@ -527,7 +537,7 @@ func threadMetaOf(tx *Tx, k store.Key, known *threadMeta, system bool) (store.Th
 		return store.Thread{}, 0, false, err
 	}
 	th := store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
-		Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated)}
+		Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated), Fork: m.fork()}
 	if system {
 		th.System = clone(systemOf(tb, &m))
 	}
