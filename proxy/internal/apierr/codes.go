@@ -24,6 +24,7 @@ const (
 	InvalidThreadMode Code = "invalid_thread_mode"
 	InvalidCursor     Code = "invalid_cursor"
 	InvalidFilter     Code = "invalid_filter"
+	InvalidForkPoint  Code = "invalid_fork_point"
 	BodyTooLarge      Code = "body_too_large"
 	HeaderTooLarge    Code = "header_too_large"
 	RequestTimeout    Code = "request_timeout"
@@ -34,6 +35,7 @@ const (
 	ThreadBusy     Code = "thread_busy"
 	RunIDConflict  Code = "run_id_conflict"
 	RunInProgress  Code = "run_in_progress"
+	ThreadExists   Code = "thread_exists"
 
 	// Limits.
 	RateLimited       Code = "rate_limited"
@@ -82,6 +84,7 @@ var table = map[Code]int{
 	InvalidThreadMode: http.StatusBadRequest,
 	InvalidCursor:     http.StatusBadRequest,
 	InvalidFilter:     http.StatusBadRequest,
+	InvalidForkPoint:  http.StatusBadRequest,
 	BodyTooLarge:      http.StatusRequestEntityTooLarge,
 	HeaderTooLarge:    http.StatusRequestHeaderFieldsTooLarge,
 	RequestTimeout:    http.StatusRequestTimeout,
@@ -91,6 +94,7 @@ var table = map[Code]int{
 	ThreadBusy:     http.StatusConflict,
 	RunIDConflict:  http.StatusConflict,
 	RunInProgress:  http.StatusConflict,
+	ThreadExists:   http.StatusConflict,
 
 	RateLimited:       http.StatusTooManyRequests,
 	KeysCoolingDown:   http.StatusTooManyRequests,
