@@ -101,6 +101,12 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"traces http endpoint bad scheme", "telemetry: {traces: {exporter: otlp-http, endpoint: 'ftp://c:4318'}}", []string{"telemetry.traces.endpoint: want host:port or an http(s) URL"}},
 		{"traces header name", "telemetry: {traces: {headers: {'a b': x}}}", []string{`telemetry.traces.headers: want header names, got "a b"`}},
 		{"traces thread_id not a bool", "telemetry: {traces: {thread_id: maybe}}", []string{`telemetry.traces.thread_id: want true or false, got "maybe"`}},
+		{"redact bad regex", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: ssn, regex: '[0-9'}]}}]", []string{"connections[0] (a).redact.patterns[0].regex: not a regular expression"}},
+		{"redact empty match", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: any, regex: 'x*'}]}}]", []string{"redact.patterns[0].regex: matches the empty string"}},
+		{"redact pattern name", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: '', regex: 'x'}, {name: e, regex: 'y'}, {name: e, regex: 'z'}]}}]", []string{"redact.patterns[0].name: want", "redact.patterns[2].name: same name as patterns[1]"}},
+		{"redact bad path", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {paths: ['', '@reverse']}}]", []string{"redact.paths[0]: want a gjson path", "redact.paths[1]: want a gjson path"}},
+		{"redact mask alone", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {mask: '***'}}]", []string{"redact.mask: set without paths or patterns"}},
+		{"redact unknown key", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {pattern: []}}]", []string{"redact.pattern: unknown key"}},
 		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
 	}
 	for _, tt := range tests {
