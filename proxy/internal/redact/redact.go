@@ -81,6 +81,13 @@ func (c *Counts) add(i, n int) {
 	c.n[i] += n
 }
 
+// Add adds o's counts to c.
+func (c *Counts) Add(o *Counts) {
+	for i, n := range o.n {
+		c.add(i, n)
+	}
+}
+
 // JSON is the run's redactions list, [{"rule":…,"count":…}…] for the
 // rules that masked anything; nil when none did.
 func (r *Rules) JSON(c *Counts) []byte {
