@@ -182,6 +182,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.closeKV()
 		return nil, fmt.Errorf("embedded: large values: %w", err)
 	}
+	// The committer encodes these types; the first encode of a type
+	// builds its encoder, a few KiB of stack deeper than any later one.
+	// Built here, on the caller's stack, the committer never does.
+	warmEncoders()
 	go s.committer()
 	if fs.deferSync && !opts.NoSync {
 		go s.syncLogs()
@@ -395,6 +399,14 @@ type threadMeta struct {
 
 func (m *threadMeta) fork() store.ForkPoint {
 	return store.ForkPoint{Parent: m.ForkParent, At: m.ForkAt, Run: m.ForkRun}
+}
+
+// warmEncoders has encoding/json build the encoders of the records the
+// committer writes.
+func warmEncoders() {
+	_, _ = json.Marshal(&threadMeta{})
+	_, _ = json.Marshal(&runRec{})
+	_, _ = json.Marshal(&intrRec{})
 }
 
 // runRec is the JSON kept under t/<thread>/runs/<run>.
