@@ -135,7 +135,8 @@ type Thread struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	// Fork is where the thread was forked from (fork.go); zero when it
-	// is no fork.
+	// is no fork. LoadThread and ForkThread fill it; the thread a
+	// StartRun loads may leave it zero (a turn has no use for it).
 	Fork ForkPoint
 }
 

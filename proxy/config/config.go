@@ -837,6 +837,9 @@ func validateRedact(key string, r *Redact, bad func(key, format string, args ...
 	if r.Mask != "" && (len(r.Paths) == 0 && len(r.Patterns) == 0) {
 		bad(key+".mask", "set without paths or patterns")
 	}
+	if strings.ContainsFunc(r.Mask, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+		bad(key+".mask", "must not hold control characters (it may land in an event's text)")
+	}
 }
 
 func isReserved(name string) bool {

@@ -105,6 +105,7 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"redact empty match", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: any, regex: 'x*'}]}}]", []string{"redact.patterns[0].regex: matches the empty string"}},
 		{"redact pattern name", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: '', regex: 'x'}, {name: e, regex: 'y'}, {name: e, regex: 'z'}]}}]", []string{"redact.patterns[0].name: want", "redact.patterns[2].name: same name as patterns[1]"}},
 		{"redact bad path", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {paths: ['', '@reverse']}}]", []string{"redact.paths[0]: want a gjson path", "redact.paths[1]: want a gjson path"}},
+		{"redact mask newline", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {paths: [x], mask: \"a\\nb\"}}]", []string{"redact.mask: must not hold control characters"}},
 		{"redact mask alone", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {mask: '***'}}]", []string{"redact.mask: set without paths or patterns"}},
 		{"redact unknown key", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {pattern: []}}]", []string{"redact.pattern: unknown key"}},
 		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
