@@ -14,6 +14,7 @@ import (
 
 // testRunEnd: a finished run records the thread's message count after it
 // (Run.End), with and without a transcript write; a running run has none.
+// A finish's redactions list is kept on the run.
 func testRunEnd(t *testing.T, h *harness) {
 	k := store.Key{Tenant: "t", Thread: "end"}
 	msgs, hashes := Msgs(0, 4)
@@ -26,9 +27,13 @@ func testRunEnd(t *testing.T, h *harness) {
 		t.Fatalf("running run end = %d, want 0", r.End)
 	}
 	// A failed run without a transcript write left the thread as it was.
-	h.finish(l, store.Finish{Status: store.Failed, Reason: "upstream_error"})
-	if r := h.run(k, "r2"); r.End != 4 {
-		t.Fatalf("failed run end = %d, want 4", r.End)
+	red := []byte(`[{"rule":"pattern:email","count":2}]`)
+	h.finish(l, store.Finish{Status: store.Failed, Reason: "upstream_error", Redactions: red})
+	if r := h.run(k, "r2"); r.End != 4 || string(r.Redactions) != string(red) {
+		t.Fatalf("failed run end = %d, redactions %s; want 4, %s", r.End, r.Redactions, red)
+	}
+	if r := h.run(k, "r1"); r.Redactions != nil {
+		t.Fatalf("r1 redactions = %s, want none", r.Redactions)
 	}
 	// A rewrite to 2 messages: the run's end is 2.
 	h.turn(k, "r3", msgs[:2], hashes[:2])
@@ -39,6 +44,9 @@ func testRunEnd(t *testing.T, h *harness) {
 	var ends []int
 	for _, r := range runs {
 		ends = append(ends, r.End)
+	}
+	if string(runs[1].Redactions) != string(red) {
+		t.Fatalf("ListRuns redactions = %s, want %s", runs[1].Redactions, red)
 	}
 	if !slices.Equal(ends, []int{4, 4, 2}) {
 		t.Fatalf("ListRuns ends = %v, want [4 4 2]", ends)
