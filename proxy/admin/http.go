@@ -156,10 +156,10 @@ func (h *Handler) fork(ctx *fasthttp.RequestCtx, k store.Key) {
 	}
 	rctx, cancel := h.storeCtx(2)
 	defer cancel()
-	th, aerr := threaddoc.Fork(rctx, h.store, k, req)
+	th, aerr, cause := threaddoc.Fork(rctx, h.store, k, req)
 	if aerr != nil {
-		if aerr.Code == apierr.StoreUnavailable {
-			h.log.Warn("fork failed", "tenant", k.Tenant, "thread", k.Thread)
+		if cause != nil {
+			h.log.Warn("fork failed", "tenant", k.Tenant, "thread", k.Thread, "err", cause)
 		}
 		apierr.Write(ctx, h.shape, aerr)
 		return

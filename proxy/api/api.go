@@ -190,10 +190,10 @@ func (s *Handler) apiFork(ctx *fasthttp.RequestCtx, k store.Key) {
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), 2*s.o.StoreTimeout)
 	defer cancel()
-	th, aerr := threaddoc.Fork(rctx, s.o.Store, k, req)
+	th, aerr, cause := threaddoc.Fork(rctx, s.o.Store, k, req)
 	if aerr != nil {
-		if aerr.Code == apierr.StoreUnavailable {
-			s.o.Logger.Warn("fork failed", "thread", k.Thread)
+		if cause != nil {
+			s.o.Logger.Warn("fork failed", "thread", k.Thread, "err", cause)
 		}
 		apierr.Write(ctx, s.o.Shape, aerr)
 		return

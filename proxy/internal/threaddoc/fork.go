@@ -70,8 +70,10 @@ func NewThreadID() string {
 }
 
 // Fork forks the thread from as r asks (the fork point found on the
-// run for at_run) and returns the new thread, or the answer to give.
-func Fork(ctx context.Context, st store.Store, from store.Key, r ForkRequest) (store.Thread, *apierr.Error) {
+// run for at_run) and returns the new thread, or the answer to give;
+// cause is the store's error behind a store_unavailable answer, for the
+// log.
+func Fork(ctx context.Context, st store.Store, from store.Key, r ForkRequest) (th store.Thread, answer *apierr.Error, cause error) {
 	to := store.Key{Tenant: from.Tenant, Thread: r.Thread}
 	if to.Thread == "" {
 		to.Thread = NewThreadID()
@@ -83,34 +85,34 @@ func Fork(ctx context.Context, st store.Store, from store.Key, r ForkRequest) (s
 		case errors.Is(err, store.ErrNotFound):
 			// The parent itself may be missing: that is a 404, as for a read.
 			if _, terr := st.ListRuns(ctx, from); errors.Is(terr, store.ErrNotFound) {
-				return store.Thread{}, apierr.New(apierr.ThreadNotFound, "No such thread.")
+				return store.Thread{}, apierr.New(apierr.ThreadNotFound, "No such thread."), nil
 			}
-			return store.Thread{}, apierr.New(apierr.InvalidForkPoint, "The thread has no run "+r.AtRun+".")
+			return store.Thread{}, apierr.New(apierr.InvalidForkPoint, "The thread has no run "+r.AtRun+"."), nil
 		case err != nil:
-			return store.Thread{}, storeErr(err)
+			return store.Thread{}, storeErr(), err
 		case run.End == 0:
 			return store.Thread{}, apierr.New(apierr.InvalidForkPoint,
-				"The run "+r.AtRun+" has not recorded where it left the transcript (it is running, was lost with its replica, left it empty, or ended before chronicle recorded it): fork at_message instead.")
+				"The run "+r.AtRun+" has not recorded where it left the transcript (it is running, was lost with its replica, left it empty, or ended before chronicle recorded it): fork at_message instead."), nil
 		}
 		f.At = run.End
 	}
 	if to == from {
-		return store.Thread{}, apierr.New(apierr.ThreadExists, "A fork needs a new thread id.")
+		return store.Thread{}, apierr.New(apierr.ThreadExists, "A fork needs a new thread id."), nil
 	}
 	th, err := st.ForkThread(ctx, f)
 	switch {
 	case err == nil:
-		return th, nil
+		return th, nil, nil
 	case errors.Is(err, store.ErrNotFound):
-		return store.Thread{}, apierr.New(apierr.ThreadNotFound, "No such thread.")
+		return store.Thread{}, apierr.New(apierr.ThreadNotFound, "No such thread."), nil
 	case errors.Is(err, store.ErrConflict):
-		return store.Thread{}, apierr.New(apierr.ThreadExists, "The thread "+to.Thread+" exists already.")
+		return store.Thread{}, apierr.New(apierr.ThreadExists, "The thread "+to.Thread+" exists already."), nil
 	case errors.Is(err, store.ErrInvalid):
-		return store.Thread{}, apierr.New(apierr.InvalidForkPoint, "at_message is past the thread's end.")
+		return store.Thread{}, apierr.New(apierr.InvalidForkPoint, "at_message is past the thread's end."), nil
 	}
-	return store.Thread{}, storeErr(err)
+	return store.Thread{}, storeErr(), err
 }
 
-func storeErr(error) *apierr.Error {
+func storeErr() *apierr.Error {
 	return apierr.Retry(apierr.StoreUnavailable, 1, "The conversation store is unreachable.")
 }
