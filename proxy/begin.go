@@ -246,7 +246,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	// and a client whose request failed sends it again.
 	if ex.op.Stream {
 		t.pendingSaved = make(chan bool, 1)
-		tr := t.transcriptFrom(t.storedHashes, t.parts, t.hashes)
+		tr := t.transcriptFrom(t.storedHashes, t.parts, t.hashes, &t.redactPending)
 		sctx, cancel := context.WithTimeout(context.Background(), s.storeTimeout)
 		store.SaveAsync(sctx, s.store, t.lease, tr, func(err error) {
 			cancel()

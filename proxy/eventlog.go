@@ -46,6 +46,9 @@ func newEventLog(t *turn) *eventLog {
 
 // add queues one event as forwarded to the client.
 func (l *eventLog) add(raw []byte) {
+	if r := l.t.up.redact; r != nil {
+		raw = r.Event(raw)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.events) == 0 {

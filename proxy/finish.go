@@ -13,13 +13,19 @@ import (
 
 	"github.com/chronicle-proxy/chronicle/adapters"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/redact"
 	"github.com/chronicle-proxy/chronicle/repair"
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
 // transcriptFrom is the write that turns a thread hashed as stored into next.
-func (t *turn) transcriptFrom(stored []store.Hash, next [][]byte, hashes []store.Hash) store.Transcript {
+// The messages it writes are masked by the connection's redaction, if
+// any, counting in c (nil: not counted).
+func (t *turn) transcriptFrom(stored []store.Hash, next [][]byte, hashes []store.Hash, c *redact.Counts) store.Transcript {
 	tr := store.Diff(stored, next, hashes)
+	if t.up.redact != nil {
+		t.redactTranscript(&tr, c)
+	}
 	tr.System = t.system
 	tr.Connection = t.up.cfg.Name
 	tr.Format = string(t.ad.Format())
@@ -131,9 +137,9 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 			fr.hashes = append(fr.hashes, store.Hash(adapters.HashMessage(m)))
 		}
 		if pendingSaved {
-			fr.tr = t.transcriptFrom(t.hashes, fr.parts, fr.hashes)
+			fr.tr = t.transcriptFrom(t.hashes, fr.parts, fr.hashes, &t.redactFinish)
 		} else {
-			fr.tr = t.transcriptFrom(t.storedHashes, fr.parts, fr.hashes)
+			fr.tr = t.transcriptFrom(t.storedHashes, fr.parts, fr.hashes, &t.redactFinish)
 		}
 		f.Transcript = &fr.tr
 	}
@@ -141,11 +147,14 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 		// A thread's first run that ends without a reply still makes the
 		// thread, holding the input it sent (as a stream's pending turn
 		// does), so the run and its error can be read.
-		fr.tr = t.transcriptFrom(nil, t.parts, t.hashes)
+		fr.tr = t.transcriptFrom(nil, t.parts, t.hashes, &t.redactFinish)
 		f.Transcript = &fr.tr
 	}
 	if f.Transcript != nil {
 		t.setRebuild(fr)
+	}
+	if t.up.redact != nil {
+		t.maskFinish(fr, pendingSaved)
 	}
 	return fr
 }
@@ -162,7 +171,7 @@ func (t *turn) setRebuild(fr *finishing) {
 	if parts == nil {
 		parts, hashes = t.parts, t.hashes
 	}
-	fr.rebuild.Transcript = t.transcriptFrom(nil, parts, hashes)
+	fr.rebuild.Transcript = t.transcriptFrom(nil, parts, hashes, nil)
 	fr.f.Rebuild = &fr.rebuild
 }
 
@@ -188,7 +197,9 @@ func (t *turn) keepTranscript(parts [][]byte, hashes []store.Hash, replies [][]b
 	if c == nil {
 		return
 	}
-	if parts == nil {
+	if parts == nil || t.up.redact != nil {
+		// A connection that redacts stores other bytes than it sent: the
+		// thread is read from the store, masked, on its next turn.
 		c.drop(t.key)
 		return
 	}

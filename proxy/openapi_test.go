@@ -171,6 +171,52 @@ connections:
 			}
 		}
 	}
+	// Forks take a body.
+	exerciseBody := func(base string, calls []forkCall) {
+		t.Helper()
+		for _, c := range calls {
+			name := "POST " + c.path + " " + c.body
+			tmpl, op := findOperation(doc, "POST", c.path)
+			if op == nil {
+				t.Errorf("%s: no documented operation", name)
+				continue
+			}
+			resp, body := do(t, "POST", base+c.path, c.body, c.hdr...)
+			if resp.StatusCode != c.want {
+				t.Errorf("%s: status %d, want %d: %s", name, resp.StatusCode, c.want, body)
+				continue
+			}
+			if resp.StatusCode < 300 {
+				succeeded["POST "+tmpl] = true
+			}
+			for _, e := range sc.checkResponse(op, resp, body) {
+				t.Errorf("%s (%d): %s", name, resp.StatusCode, e)
+			}
+		}
+	}
+	exerciseBody(p.URL, []forkCall{
+		{"/api/threads/th1/fork", `{"at_message":1}`, tenant, 201},
+		{"/api/threads/th1/fork", `{"at_run":"` + r1 + `","thread":"fk1"}`, tenant, 201},
+		{"/api/threads/th1/fork", `{"at_message":1,"thread":"fk1"}`, tenant, 409},
+		{"/api/threads/th1/fork", `{"at_message":99}`, tenant, 400},
+		{"/api/threads/th1/fork", `{"at_run":"nope"}`, tenant, 400},
+		{"/api/threads/th1/fork", `{"at_message":1,"at_run":"` + r1 + `"}`, tenant, 400},
+		{"/api/threads/th1/fork", `{}`, tenant, 400},
+		{"/api/threads/th1/fork", `not json`, tenant, 400},
+		{"/api/threads/nope/fork", `{"at_message":1}`, tenant, 404},
+		{"/api/threads/th1/fork", `{"at_message":1}`, nil, 401},
+		{"/admin/threads/t1/th1/fork", `{"at_message":1,"thread":"fk2"}`, adm, 201},
+		{"/admin/threads/t1/fk2/fork", `{"at_message":2}`, adm, 400},
+		{"/admin/threads/t1/nope/fork", `{"at_message":1}`, adm, 404},
+		{"/admin/threads/t1/th1/fork", `{"at_message":1,"thread":"fk2"}`, adm, 409},
+		{"/admin/threads/t1/bad!id/fork", `{"at_message":1}`, adm, 400},
+		{"/admin/threads/t1/th1/fork", `{"at_message":1}`, nil, 401},
+	})
+	exercise(p.URL, []call{
+		{"GET", "/api/threads/fk1", tenant, 200},
+		{"GET", "/admin/threads?tenant=t1", adm, 200},
+	})
+
 	exercise(p.URL, []call{
 		{"GET", "/api/threads/th1", tenant, 200},
 		{"GET", "/api/threads/th1", nil, 401},
@@ -268,6 +314,10 @@ connections:
 		{"GET", "/admin/threads/t1/th2/export", adm, 503},
 		{"GET", "/admin/threads/t1/th2/runs/" + r2, adm, 503},
 	})
+	exerciseBody(p.URL, []forkCall{
+		{"/api/threads/th2/fork", `{"at_message":1}`, tenant, 503},
+		{"/admin/threads/t1/th2/fork", `{"at_message":1}`, adm, 503},
+	})
 	st.down.Store(false)
 
 	for path, item := range doc["paths"].(map[string]any) {
@@ -277,6 +327,20 @@ connections:
 			}
 		}
 	}
+}
+
+// forkCall is a fork request of TestOpenAPIDocument: a POST with a body.
+type forkCall struct {
+	path, body string
+	hdr        []string
+	want       int
+}
+
+func (d *downStore) ForkThread(ctx context.Context, f store.Fork) (store.Thread, error) {
+	if err := d.err(); err != nil {
+		return store.Thread{}, err
+	}
+	return d.Store.ForkThread(ctx, f)
 }
 
 // downStore is a store whose reads fail while down is set, as an

@@ -168,7 +168,7 @@ func (r *sseRelay) relayEvent(ev *sse.Event, more bool) bool {
 	}
 	if r.snapshots && time.Since(r.lastSnapshot) >= ex.up.cfg.SnapshotInterval.D() && !ex.turnDone {
 		r.lastSnapshot = time.Now()
-		text := []byte(ex.ad.MessageText(ex.asm.Result().Message))
+		text := []byte(ex.up.redact.Text(ex.ad.MessageText(ex.asm.Result().Message)))
 		ex.turn.offerPatch(func(p *store.RunPatch) { p.Partial = text })
 	}
 	return true

@@ -33,6 +33,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/metrics"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/redact"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/sched"
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/valyala/fasthttp"
@@ -144,6 +145,8 @@ type upstream struct {
 	order dispatchOrder
 
 	wires *formats.Connection // the wire formats of its requests
+	// redact is the connection's redaction (redaction.go); nil: none.
+	redact *redact.Rules
 }
 
 // openAIAdapter is OpenAI chat's adapter, for what no connection names a
@@ -167,7 +170,18 @@ func newUpstream(c *config.Connection, cfg *config.Config, log *slog.Logger) *up
 	// Each connection gets its own adapters: the session headers are
 	// connection config.
 	up.wires = formats.ForConnection(string(c.Provider), c.SessionHeaders)
+	// The config validated the patterns; a rule that fails to compile
+	// here cannot happen.
+	up.redact, _ = redact.New(c.Redact.Paths, redactPatterns(c.Redact.Patterns), c.Redact.Mask)
 	return up
+}
+
+func redactPatterns(ps []config.RedactPattern) []redact.Pattern {
+	out := make([]redact.Pattern, len(ps))
+	for i, p := range ps {
+		out[i] = redact.Pattern{Name: p.Name, Regex: p.Regex}
+	}
+	return out
 }
 
 // adapter is the wire format of a request to path on this connection.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chronicle-proxy/chronicle/adapters"
+	"github.com/chronicle-proxy/chronicle/proxy/internal/redact"
 	"github.com/chronicle-proxy/chronicle/store"
 )
 
@@ -61,6 +62,9 @@ type turn struct {
 	fingerprint string
 	// upstreamBody is kept on the run when the connection audits it.
 	upstreamBody []byte
+	// What the connection's redaction masked in the pending write and in
+	// the finish's (redaction.go).
+	redactPending, redactFinish redact.Counts
 
 	events *eventLog
 	// cancelCtx ends when the run is asked to stop (requestCancel).

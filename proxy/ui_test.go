@@ -322,6 +322,16 @@ func TestUIBrowser(t *testing.T) {
 	// An unknown thread's URL says so, over the list.
 	eval("unknown thread URL", `location.hash = '#/t/acme/no-such-thread'`, nil)
 	poll("unknown thread", `document.querySelector('#list-status').textContent.includes('no-such-thread') && document.querySelector('#detail-pane').hidden`)
+	// A fork names its parent and fork point, and the parent is a link
+	// that opens it.
+	if _, err := st.ForkThread(context.Background(), store.Fork{From: store.Key{Tenant: "acme", Thread: "gem-haiku"},
+		To: store.Key{Tenant: "acme", Thread: "gem-fork"}, At: 2}); err != nil {
+		t.Fatal(err)
+	}
+	eval("fork URL", `location.hash = '#/t/acme/gem-fork'`, nil)
+	poll("fork", `document.querySelector('#detail-title').textContent === 'acme / gem-fork' && document.querySelector('#parent-link') !== null && document.querySelector('#detail-meta').textContent.includes('at message 2')`)
+	eval("parent link", `document.querySelector('#parent-link').click()`, nil)
+	poll("parent from the fork", `document.querySelector('#detail-title').textContent === 'acme / gem-haiku' && document.querySelector('#parent-link') === null`)
 	t.Logf("screenshots in %s", shots)
 
 	// The page's token never reached the log.

@@ -134,6 +134,10 @@ type Thread struct {
 	Version    int64    // increments on every transcript write
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// Fork is where the thread was forked from (fork.go); zero when it
+	// is no fork. LoadThread and ForkThread fill it; the thread a
+	// StartRun loads may leave it zero (a turn has no use for it).
+	Fork ForkPoint
 }
 
 // Transcript is a transcript write: keep the first Keep stored messages,
@@ -253,6 +257,14 @@ type Run struct {
 	// audit when the connection asks for it (audit.upstream_body); nil when
 	// not kept. Only GetRun fills it.
 	UpstreamBody []byte
+	// End is how many messages the thread held when the run finished
+	// (the transcript as the run left it: a fork at the run keeps
+	// them); 0 while running, and for a run swept as lost or finished
+	// before chronicle recorded it.
+	End int
+	// Redactions is what the connection's redaction masked before the
+	// run's bodies were stored (an opaque JSON array); nil when none.
+	Redactions []byte
 }
 
 // Lease is a thread's one-run-at-a-time lease, held by a run. Token is a
@@ -362,6 +374,8 @@ type Finish struct {
 	Repairs          []byte
 	Restored         []byte
 	SessionID        *string
+	// Redactions is recorded on the run when non-nil (Run.Redactions).
+	Redactions []byte
 	// Interrupts are new pending calls raised by this run (status Interrupted).
 	Interrupts []Interrupt
 	// Resolve and Cancel name earlier pending interrupts of this thread.
@@ -429,6 +443,7 @@ type ThreadSummary struct {
 	Runs       int64
 	LastStatus Status
 	Usage      Usage
+	Fork       ForkPoint // zero when the thread is no fork
 }
 
 // ThreadPage is one page of the audit listing, newest-updated first.
@@ -519,6 +534,7 @@ type Store interface {
 	Events
 	Audit
 	Sessions
+	Forks
 	// Ping reports whether the backend is reachable (readiness).
 	Ping(ctx context.Context) error
 	Close() error

@@ -374,9 +374,13 @@ func threadsLs(ctx context.Context, src auditSource, q admin.AuditQuery, all, as
 		return enc.Encode(admin.AuditPage{Threads: entries, NextCursor: next})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "UPDATED\tTENANT\tTHREAD\tCONNECTION\tMODEL\tRUNS\tLAST\tIN\tOUT")
+	fmt.Fprintln(tw, "UPDATED\tTENANT\tTHREAD\tCONNECTION\tMODEL\tRUNS\tLAST\tIN\tOUT\tFORK OF")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", shortTime(e.UpdatedAt), e.Tenant, e.ID, e.Connection, e.Model, e.Runs, e.LastStatus, e.Usage.InputTokens, e.Usage.OutputTokens)
+		fork := "-"
+		if e.Parent != nil && e.ForkPoint != nil {
+			fork = fmt.Sprintf("%s@%d", *e.Parent, e.ForkPoint.AtMessage)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", shortTime(e.UpdatedAt), e.Tenant, e.ID, e.Connection, e.Model, e.Runs, e.LastStatus, e.Usage.InputTokens, e.Usage.OutputTokens, fork)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -408,6 +412,13 @@ func threadsShow(ctx context.Context, src auditSource, k store.Key, asJSON bool,
 	fmt.Fprintf(w, "thread     %s/%s\nconnection %s\nformat     %s\ncreated    %s\nupdated    %s\nversion    %d\n\n",
 		th.Get("tenant").String(), th.Get("id").String(), th.Get("connection").String(), th.Get("format").String(),
 		shortTime(th.Get("created_at").String()), shortTime(th.Get("updated_at").String()), th.Get("version").Int())
+	if p := th.Get("parent"); p.Type == gjson.String {
+		at := fmt.Sprintf("message %d", th.Get("fork_point.at_message").Int())
+		if r := th.Get("fork_point.at_run"); r.Type == gjson.String {
+			at += " (the end of run " + r.Str + ")"
+		}
+		fmt.Fprintf(w, "forked     from %s/%s at %s\n\n", th.Get("tenant").String(), p.Str, at)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSTATUS\tMODEL\tSTARTED\tDURATION\tIN\tOUT\tCACHED\tREASONING\tCHANGED")
 	for _, r := range th.Get("runs").Array() {
@@ -423,6 +434,9 @@ func threadsShow(ctx context.Context, src auditSource, k store.Key, asJSON bool,
 		}
 		for _, x := range r.Get("restored").Array() {
 			changed = append(changed, "restored "+x.Get("field").String())
+		}
+		for _, x := range r.Get("redactions").Array() {
+			changed = append(changed, fmt.Sprintf("redacted %s ×%d", x.Get("rule").String(), x.Get("count").Int()))
 		}
 		u := r.Get("usage")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.Get("id").String(), r.Get("status").String(), r.Get("model").String(),

@@ -256,3 +256,32 @@ func TestThreadsSourceErrors(t *testing.T) {
 		t.Fatalf("wrong token: %d %q %q", code, out, errOut)
 	}
 }
+
+// TestThreadsFork: a fork shows its parent and fork point in `threads
+// show` and in the FORK OF column of `threads ls`.
+func TestThreadsFork(t *testing.T) {
+	dir := t.TempDir()
+	st, err := embedded.Open(dir, embedded.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedCLI(t, st, 0)
+	from := store.Key{Tenant: "acme", Thread: "tool-thread"}
+	if _, err := st.ForkThread(context.Background(), store.Fork{From: from, To: store.Key{Tenant: "acme", Thread: "tool-fork"}, At: 2, Run: "tool-thread-r0"}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	path := filepath.Join(t.TempDir(), "chronicle.yaml")
+	cfg := "store: {driver: embedded, path: " + dir + "}\nconnections:\n  - {name: openai, provider: openai, base_url: \"http://127.0.0.1:9\"}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "threads", "show", "acme", "tool-fork", "--config", path)
+	if code != 0 || !strings.Contains(out, "forked     from acme/tool-thread at message 2 (the end of run tool-thread-r0)") {
+		t.Fatalf("show: %d %s %s", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "threads", "ls", "--tenant", "acme", "--config", path)
+	if code != 0 || !strings.Contains(out, "FORK OF") || !strings.Contains(out, "tool-thread@2") {
+		t.Fatalf("ls: %d %s %s", code, out, errOut)
+	}
+}

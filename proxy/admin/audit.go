@@ -100,6 +100,10 @@ type ThreadEntry struct {
 	Runs       int64     `json:"runs"`
 	LastStatus string    `json:"last_status"`
 	Usage      UsageJSON `json:"usage"`
+	// Parent and ForkPoint: a fork's parent and where it was taken; null
+	// for a thread that is no fork.
+	Parent    *string              `json:"parent"`
+	ForkPoint *threaddoc.ForkPoint `json:"fork_point"`
 }
 
 // AuditPage is one page of the listing, newest-updated first. NextCursor
@@ -111,11 +115,13 @@ type AuditPage struct {
 
 func toEntry(s store.ThreadSummary) ThreadEntry {
 	u := s.Usage
-	return ThreadEntry{
+	e := ThreadEntry{
 		Tenant: s.Key.Tenant, ID: s.Key.Thread, Connection: s.Connection, Format: s.Format, Model: s.Model,
 		CreatedAt: threaddoc.Timestamp(s.CreatedAt), UpdatedAt: threaddoc.Timestamp(s.UpdatedAt), Runs: s.Runs, LastStatus: string(s.LastStatus),
 		Usage: UsageJSON{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CachedTokens: u.CachedTokens, ReasoningTokens: u.ReasoningTokens},
 	}
+	e.Parent, e.ForkPoint = threaddoc.ForkOf(s.Fork)
+	return e
 }
 
 // cursorJSON is the admin cursor: the store's cursor of a page plus how many

@@ -35,6 +35,7 @@ import (
 //	DELETE /admin/tenants/{tenant}              erase a tenant's threads
 //	GET    /admin/tombstones                    the erasures' audit trail
 //	POST   /admin/prune[?dry_run=true]          the retention pass, now
+//	POST   /admin/threads/{tenant}/{thread}/fork        a new thread from the thread's prefix (as /api's fork)
 //
 // Path segments are URL-unescaped, so a tenant with '/' or '%' travels as
 // %2F / %25. The table routes below is what is served; the list above is
@@ -97,6 +98,10 @@ var routes = []adminRoute{
 		func(h *Handler, ctx *fasthttp.RequestCtx, a *Audit, v []string) {
 			h.exportThread(ctx, a, store.Key{Tenant: v[0], Thread: v[1]})
 		}},
+	{route.Route{Method: "POST", Path: "/admin/threads/{tenant}/{thread}/fork"},
+		func(h *Handler, ctx *fasthttp.RequestCtx, _ *Audit, v []string) {
+			h.fork(ctx, store.Key{Tenant: v[0], Thread: v[1]})
+		}},
 	{route.Route{Method: "GET", Path: "/admin/threads/{tenant}/{thread}/runs/{run}"},
 		func(h *Handler, ctx *fasthttp.RequestCtx, _ *Audit, v []string) {
 			h.run(ctx, store.Key{Tenant: v[0], Thread: v[1]}, v[2])
@@ -148,6 +153,32 @@ func (h *Handler) run(ctx *fasthttp.RequestCtx, k store.Key, runID string) {
 		UpstreamBody json.RawMessage `json:"upstream_body"`
 	}{Run: threaddoc.ToRun(run), Response: threaddoc.RawOr(run.Response, "null"), UpstreamBody: threaddoc.RawOr(run.UpstreamBody, "null")}
 	threaddoc.WriteJSON(ctx, h.shape, 200, doc)
+}
+
+// fork answers POST .../fork as the tenant API does (threaddoc.Fork): 201
+// with the new thread's document.
+func (h *Handler) fork(ctx *fasthttp.RequestCtx, k store.Key) {
+	if err := k.Validate(); err != nil {
+		h.badInput(ctx, fmt.Errorf("%w: %w", ErrBadFilter, err))
+		return
+	}
+	req, aerr := threaddoc.ParseFork(ctx.PostBody())
+	if aerr != nil {
+		apierr.Write(ctx, h.shape, aerr)
+		return
+	}
+	rctx, cancel := h.storeCtx(2)
+	defer cancel()
+	th, aerr, cause := threaddoc.Fork(rctx, h.store, k, req)
+	if aerr != nil {
+		if cause != nil {
+			h.log.Warn("fork failed", "tenant", k.Tenant, "thread", k.Thread, "err", cause)
+		}
+		apierr.Write(ctx, h.shape, aerr)
+		return
+	}
+	h.log.Info("thread forked by admin", "tenant", k.Tenant, "thread", k.Thread, "fork", th.Thread, "at", th.Fork.At)
+	threaddoc.WriteThreadStatus(ctx, 201, th, nil)
 }
 
 // auditQuery reads the listing filters from the query string.

@@ -122,6 +122,8 @@ type apiRoute struct {
 var routes = []apiRoute{
 	{route.Route{Method: "GET", Path: "/api/threads/{thread}"},
 		func(s *Handler, ctx *fasthttp.RequestCtx, k store.Key, _ string) { s.apiThread(ctx, k) }},
+	{route.Route{Method: "POST", Path: "/api/threads/{thread}/fork"},
+		func(s *Handler, ctx *fasthttp.RequestCtx, k store.Key, _ string) { s.apiFork(ctx, k) }},
 	{route.Route{Method: "GET", Path: "/api/threads/{thread}/runs/active"},
 		func(s *Handler, ctx *fasthttp.RequestCtx, k store.Key, _ string) { s.apiActiveRun(ctx, k) }},
 	{route.Route{Method: "GET", Path: "/api/threads/{thread}/runs/{run}/events"},
@@ -174,6 +176,29 @@ func (s *Handler) apiThread(ctx *fasthttp.RequestCtx, k store.Key) {
 		return
 	}
 	threaddoc.WriteThread(ctx, th, runs)
+}
+
+// apiFork makes a new thread of the tenant's from the thread's prefix:
+// {"at_message": N} keeps the first N messages, {"at_run": id} the
+// transcript as that run left it; "thread" names the new thread (else
+// one is made up). 201 with the new thread's document.
+func (s *Handler) apiFork(ctx *fasthttp.RequestCtx, k store.Key) {
+	req, aerr := threaddoc.ParseFork(ctx.PostBody())
+	if aerr != nil {
+		apierr.Write(ctx, s.o.Shape, aerr)
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 2*s.o.StoreTimeout)
+	defer cancel()
+	th, aerr, cause := threaddoc.Fork(rctx, s.o.Store, k, req)
+	if aerr != nil {
+		if cause != nil {
+			s.o.Logger.Warn("fork failed", "thread", k.Thread, "err", cause)
+		}
+		apierr.Write(ctx, s.o.Shape, aerr)
+		return
+	}
+	threaddoc.WriteThreadStatus(ctx, 201, th, nil)
 }
 
 func (s *Handler) apiActiveRun(ctx *fasthttp.RequestCtx, k store.Key) {

@@ -271,7 +271,10 @@ type Connection struct {
 	SnapshotStreaming bool     `yaml:"snapshot_streaming"`
 	SnapshotInterval  Duration `yaml:"snapshot_interval"`
 	// Audit widens what a run records.
-	Audit        Audit  `yaml:"audit"`
+	Audit Audit `yaml:"audit"`
+	// Redact masks parts of every stored copy of a turn (never what goes
+	// upstream).
+	Redact       Redact `yaml:"redact"`
 	OnDisconnect string `yaml:"on_disconnect"`  // abort | detach
 	OnStoreError string `yaml:"on_store_error"` // fail | pass
 	Persist      *bool  `yaml:"persist"`        // default true
@@ -287,6 +290,26 @@ type Audit struct {
 	// UpstreamBody keeps the full request body sent upstream (after
 	// restoration, repair and injection) on each run.
 	UpstreamBody bool `yaml:"upstream_body"`
+}
+
+// Redact names what is masked before a connection's turns are stored:
+// messages, the stored answer and upstream body, the event log.
+type Redact struct {
+	// Paths are gjson paths relative to each message; their values are
+	// replaced whole by the mask.
+	Paths []string `yaml:"paths"`
+	// Patterns are regular expressions (Go RE2 syntax); their matches in
+	// any string value are replaced by the mask.
+	Patterns []RedactPattern `yaml:"patterns"`
+	// Mask replaces what a rule matches (default "[REDACTED]").
+	Mask string `yaml:"mask"`
+}
+
+// RedactPattern is a named regular expression; the name is what a run's
+// redactions list records.
+type RedactPattern struct {
+	Name  string `yaml:"name"`
+	Regex string `yaml:"regex"`
 }
 
 // Queue bounds the wait for a slot of a connection's FIFO gate.
@@ -803,9 +826,44 @@ func (c *Config) Validate() error {
 				bad(fmt.Sprintf("%s.read_only_tools[%d]", key, j), "empty tool name")
 			}
 		}
+		validateRedact(key+".redact", &cn.Redact, bad)
 	}
 	c.validateRetention(bad)
 	return errors.Join(errs...)
+}
+
+// validateRedact checks a connection's redaction rules: paths gjson can
+// read, patterns that compile, with distinct names, and a mask.
+func validateRedact(key string, r *Redact, bad func(key, format string, args ...any)) {
+	for j, p := range r.Paths {
+		if strings.TrimSpace(p) == "" || strings.HasPrefix(p, "@") || strings.Contains(p, "|") {
+			bad(fmt.Sprintf("%s.paths[%d]", key, j), "want a gjson path relative to a message (no modifiers or pipes), got %q", p)
+		}
+	}
+	names := map[string]int{}
+	for j, p := range r.Patterns {
+		k := fmt.Sprintf("%s.patterns[%d]", key, j)
+		if !connectionName.MatchString(p.Name) {
+			bad(k+".name", "want 1-64 of [A-Za-z0-9._-] starting with a letter or digit, got %q", p.Name)
+		} else if i, dup := names[p.Name]; dup {
+			bad(k+".name", "same name as patterns[%d]", i)
+		} else {
+			names[p.Name] = j
+		}
+		if p.Regex == "" {
+			bad(k+".regex", "required")
+		} else if re, err := regexp.Compile(p.Regex); err != nil {
+			bad(k+".regex", "not a regular expression: %v", err)
+		} else if re.MatchString("") {
+			bad(k+".regex", "matches the empty string: it would mask between every character")
+		}
+	}
+	if r.Mask != "" && (len(r.Paths) == 0 && len(r.Patterns) == 0) {
+		bad(key+".mask", "set without paths or patterns")
+	}
+	if strings.ContainsFunc(r.Mask, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+		bad(key+".mask", "must not hold control characters (it may land in an event's text)")
+	}
 }
 
 func isReserved(name string) bool {

@@ -109,6 +109,13 @@ func TestValidateNamesKeys(t *testing.T) {
 		{"retention bad tenant", "retention: {tenants: {'a b': 1h}}", []string{`retention.tenants: "a b" is not a tenant name`}},
 		{"retention interval", "retention: {interval: 10s}", []string{"retention.interval: must be between 1m and 24h"}},
 		{"connection retention", "connections: [{name: a, provider: openai, base_url: 'http://x', retention: 5s}]", []string{"connections[0] (a).retention: must be at least 1m"}},
+		{"redact bad regex", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: ssn, regex: '[0-9'}]}}]", []string{"connections[0] (a).redact.patterns[0].regex: not a regular expression"}},
+		{"redact empty match", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: any, regex: 'x*'}]}}]", []string{"redact.patterns[0].regex: matches the empty string"}},
+		{"redact pattern name", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {patterns: [{name: '', regex: 'x'}, {name: e, regex: 'y'}, {name: e, regex: 'z'}]}}]", []string{"redact.patterns[0].name: want", "redact.patterns[2].name: same name as patterns[1]"}},
+		{"redact bad path", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {paths: ['', '@reverse']}}]", []string{"redact.paths[0]: want a gjson path", "redact.paths[1]: want a gjson path"}},
+		{"redact mask newline", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {paths: [x], mask: \"a\\nb\"}}]", []string{"redact.mask: must not hold control characters"}},
+		{"redact mask alone", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {mask: '***'}}]", []string{"redact.mask: set without paths or patterns"}},
+		{"redact unknown key", "connections: [{name: a, provider: openai, base_url: 'http://x', redact: {pattern: []}}]", []string{"redact.pattern: unknown key"}},
 		{"all problems at once", "listen: nope\nstore: {driver: x}", []string{"listen:", "store.driver:"}},
 	}
 	for _, tt := range tests {

@@ -12,7 +12,7 @@
 // bytes:
 //
 //	t/<tenant>\x00<thread>/           one bucket per thread
-//	    meta                           JSON threadMeta (lease, counters, summary)
+//	    meta                           JSON threadMeta (lease, counters, summary, fork point)
 //	    sys                            the system blob, raw (absent: none)
 //	    msgs/<u32 index>               16-byte hash + raw message
 //	    runs/<run>                     JSON runRec
@@ -188,6 +188,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.closeKV()
 		return nil, fmt.Errorf("embedded: large values: %w", err)
 	}
+	// The committer encodes these types; the first encode of a type
+	// builds its encoder, a few KiB of stack deeper than any later one.
+	// Built here, on the caller's stack, the committer never does.
+	warmEncoders()
 	go s.committer()
 	if fs.deferSync && !opts.NoSync {
 		go s.syncLogs()
@@ -393,6 +397,22 @@ type threadMeta struct {
 	LastStatus store.Status `json:"last,omitempty"`
 	Usage      store.Usage  `json:"usage"`
 	Msgs       int          `json:"n,omitempty"`
+	// A fork's parent, fork point and run (store.ForkPoint).
+	ForkParent string `json:"par,omitempty"`
+	ForkAt     int    `json:"fat,omitempty"`
+	ForkRun    string `json:"frun,omitempty"`
+}
+
+func (m *threadMeta) fork() store.ForkPoint {
+	return store.ForkPoint{Parent: m.ForkParent, At: m.ForkAt, Run: m.ForkRun}
+}
+
+// warmEncoders has encoding/json build the encoders of the records the
+// committer writes.
+func warmEncoders() {
+	_, _ = json.Marshal(&threadMeta{})
+	_, _ = json.Marshal(&runRec{})
+	_, _ = json.Marshal(&intrRec{})
 }
 
 // runRec is the JSON kept under t/<thread>/runs/<run>.
@@ -420,6 +440,8 @@ type runRec struct {
 	Fingerprint      string       `json:"fp,omitempty"`
 	Events           int64        `json:"ev,omitempty"`
 	EvExp            int64        `json:"evexp,omitempty"`
+	End              int          `json:"end,omitempty"`
+	Redactions       []byte       `json:"red,omitempty"`
 }
 
 func (r *runRec) toRun(k store.Key, id string) store.Run {
@@ -430,7 +452,7 @@ func (r *runRec) toRun(k store.Key, id string) store.Run {
 		SessionID: r.SessionID, Partial: r.Partial, Interrupts: []store.Interrupt{},
 		LeaseOwner: r.LeaseOwner, LeaseToken: r.LeaseToken, LeaseExpires: fromMS(r.LeaseExp),
 		DetachedSince: fromMS(r.Detached), CancelRequested: r.Cancel, ResumedBy: r.ResumedBy,
-		Fingerprint: r.Fingerprint, Events: r.Events,
+		Fingerprint: r.Fingerprint, Events: r.Events, End: r.End, Redactions: r.Redactions,
 	}
 }
 
@@ -533,7 +555,7 @@ func threadMetaOf(tx *Tx, k store.Key, known *threadMeta, system bool) (store.Th
 		return store.Thread{}, 0, false, err
 	}
 	th := store.Thread{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
-		Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated)}
+		Version: m.Version, CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated), Fork: m.fork()}
 	if system {
 		th.System = clone(systemOf(tb, &m))
 	}

@@ -219,7 +219,7 @@ func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.Thr
 				break
 			}
 			page.Threads = append(page.Threads, store.ThreadSummary{Key: k, Connection: m.Connection, Format: m.Format, Model: m.Model,
-				CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated), Runs: m.Runs, LastStatus: m.LastStatus, Usage: m.Usage})
+				CreatedAt: fromMS(m.Created), UpdatedAt: fromMS(m.Updated), Runs: m.Runs, LastStatus: m.LastStatus, Usage: m.Usage, Fork: m.fork()})
 			cursor = clone(key)
 		}
 		return nil

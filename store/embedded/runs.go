@@ -387,6 +387,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 			}
 		}
 		applyFinish(r, f, now)
+		r.End = m.Msgs
 		if err := s.expireEvents(tx, l.Key, l.RunID, r, now); err != nil {
 			return err
 		}
@@ -495,6 +496,9 @@ func applyFinish(r *runRec, f *store.Finish, now int64) {
 	}
 	if f.SessionID != nil {
 		r.SessionID = f.SessionID
+	}
+	if f.Redactions != nil {
+		r.Redactions = f.Redactions
 	}
 }
 

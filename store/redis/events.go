@@ -232,7 +232,7 @@ func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.Thr
 			if q.Tenant == "" {
 				k = parseThreadMember(m)
 			}
-			cands = append(cands, cand{k, z, pipe.HMGet(ctx, s.meta(k), "conn", "fmt", "model", "created", "updated", "nruns", "last", "ui", "uo", "uc", "ur")})
+			cands = append(cands, cand{k, z, pipe.HMGet(ctx, s.meta(k), "conn", "fmt", "model", "created", "updated", "nruns", "last", "ui", "uo", "uc", "ur", "par", "fat", "frun")})
 		}
 		if len(cands) > 0 {
 			if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -257,7 +257,8 @@ func (s *Store) ListThreads(ctx context.Context, q store.ThreadQuery) (store.Thr
 			i64 := func(s string) int64 { n, _ := strconv.ParseInt(s, 10, 64); return n }
 			page.Threads = append(page.Threads, store.ThreadSummary{Key: c.k, Connection: f[0], Format: f[1], Model: f[2],
 				CreatedAt: fromMS(f[3]), UpdatedAt: fromMS(f[4]), Runs: i64(f[5]), LastStatus: store.Status(f[6]),
-				Usage: store.Usage{InputTokens: i64(f[7]), OutputTokens: i64(f[8]), CachedTokens: i64(f[9]), ReasoningTokens: i64(f[10])}})
+				Usage: store.Usage{InputTokens: i64(f[7]), OutputTokens: i64(f[8]), CachedTokens: i64(f[9]), ReasoningTokens: i64(f[10])},
+				Fork:  forkPoint(f[11], f[12], f[13])})
 			page.NextCursor = strconv.FormatFloat(c.z.Score, 'f', -1, 64) + ":" + c.z.Member.(string)
 		}
 		if len(zs) < chunk {

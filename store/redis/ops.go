@@ -85,6 +85,9 @@ func (s *Store) loadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	if found && sysCmd.Err() == nil {
 		th.System = []byte(sysCmd.Val()) // else none, or the meta field of the old layout
 	}
+	if found {
+		th.Fork = forkPoint(metaCmd.Val()["par"], metaCmd.Val()["fat"], metaCmd.Val()["frun"])
+	}
 	if err == nil && !found {
 		err = fmt.Errorf("thread %s: %w", k, store.ErrNotFound)
 	}

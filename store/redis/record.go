@@ -34,6 +34,11 @@ const (
 	recRepairs   = 'R'
 	recRestored  = 'S'
 	recSession   = 's'
+	// recEnd is the thread's message count after the finish (Run.End):
+	// the finish script appends it, as only the script knows it for a
+	// finish that writes no transcript.
+	recEnd        = 'E'
+	recRedactions = 'D'
 )
 
 func appendEntry(b []byte, tag byte, v string) []byte {
@@ -67,7 +72,7 @@ func startRecord(model string, started int64, owner string, expires int64) []byt
 // finishRecord packs what Finish writes of a run beside its status, the
 // partial answer and the bodies.
 func finishRecord(f *store.Finish, now int64) []byte {
-	n := 64 + len(f.Reason) + len(f.Model) + len(f.Error) + len(f.InterruptedCalls) + len(f.Repairs) + len(f.Restored)
+	n := 64 + len(f.Reason) + len(f.Model) + len(f.Error) + len(f.InterruptedCalls) + len(f.Repairs) + len(f.Restored) + len(f.Redactions)
 	if f.SessionID != nil {
 		n += len(*f.SessionID)
 	}
@@ -100,6 +105,9 @@ func finishRecord(f *store.Finish, now int64) []byte {
 	}
 	if f.SessionID != nil {
 		b = appendEntry(b, recSession, *f.SessionID)
+	}
+	if f.Redactions != nil {
+		b = appendEntryBytes(b, recRedactions, f.Redactions)
 	}
 	return b
 }
@@ -177,6 +185,10 @@ func applyFinishRecord(r *store.Run, rec string) {
 		case recSession:
 			s := v
 			r.SessionID = &s
+		case recEnd:
+			r.End = int(i64(v))
+		case recRedactions:
+			r.Redactions = []byte(v)
 		}
 	})
 }

@@ -335,7 +335,7 @@ return 1
 
 // scripts are loaded into the server's cache at Open.
 var scripts = []*redis.Script{startScript, unstartScript, runIDScript, unclaimScript, saveScript, renewScript,
-	releaseScript, finishScript, appendScript, lostScript, followScript, cancelScript, listRunsScript, deleteScript, unindexScript}
+	releaseScript, finishScript, appendScript, lostScript, followScript, cancelScript, listRunsScript, deleteScript, unindexScript, forkScript}
 
 // runIDScript claims a run id for a thread in the tenant's run index.
 // KEYS[1] tenant run index; ARGV run, thread. Returns 0 (another thread
@@ -492,6 +492,12 @@ local function finish(o)
     redis.call('PERSIST', rk .. ':resp')
     resp = '\0'
   end
+  -- The record ends with the thread's message count after the finish
+  -- (recEnd, Run.End): the transcript as the run left it.
+  local e
+  if trf == '1' then e = tonumber(ARGV[o + 20]) + #msgs else e = redis.call('LLEN', p .. 'msgs') end
+  e = string.format('%d', e)
+  rec = rec .. 'E' .. #e .. ':' .. e
   -- The run is running (or revived), so no finish has written its fields
   -- before; a revived run's sweep wrote a reason and a time of its own.
   if respf == '0' then

@@ -572,6 +572,15 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	return s.Store.LoadThread(ctx, k)
 }
 
+// ForkThread forks the parent once its spooled writes are in the store:
+// a fork of a parent whose last turn waits in the journal would miss it.
+func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, error) {
+	if s.settle(ctx, f.From) {
+		return store.Thread{}, errWaiting(f.From)
+	}
+	return s.Store.ForkThread(ctx, f)
+}
+
 func (s *Store) GetRun(ctx context.Context, k store.Key, runID string) (store.Run, error) {
 	if s.settle(ctx, k) {
 		return store.Run{}, errWaiting(k)

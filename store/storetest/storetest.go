@@ -86,6 +86,9 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"Sessions", testSessions},
 		{"Invalid", testInvalid},
 		{"SaveTranscriptAsync", testSaveAsync},
+		{"RunEnd", testRunEnd},
+		{"Fork", testFork},
+		{"ForkRefused", testForkRefused},
 	}
 	tests = append(tests, erasureTests...) // erasure.go
 	for _, tc := range tests {

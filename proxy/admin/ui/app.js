@@ -129,6 +129,7 @@ function threadRow(t) {
   st.appendChild(badge(t.last_status));
   tr.appendChild(st);
   tr.appendChild(el("td", "mono", t.usage.input_tokens + " / " + t.usage.output_tokens));
+  tr.appendChild(el("td", "mono", t.parent ? t.parent + " @" + t.fork_point.at_message : ""));
   tr.addEventListener("click", () => openThread(t.tenant, t.id));
   return tr;
 }
@@ -205,6 +206,19 @@ function renderThread(th) {
     meta.appendChild(el("dt", "", k));
     meta.appendChild(el("dd", "", v));
   }
+  if (th.parent) {
+    // A fork: a link to its parent, and where it was taken.
+    meta.appendChild(el("dt", "", "forked from"));
+    const dd = el("dd");
+    const a = el("a", "mono", th.parent);
+    a.id = "parent-link";
+    a.href = threadHash(th.tenant, th.parent);
+    dd.appendChild(a);
+    let at = " at message " + th.fork_point.at_message;
+    if (th.fork_point.at_run) at += " (the end of run " + th.fork_point.at_run + ")";
+    dd.appendChild(document.createTextNode(at));
+    meta.appendChild(dd);
+  }
   const tbody = $("#runs tbody");
   tbody.textContent = "";
   for (const r of th.runs) tbody.appendChild(runRow(r));
@@ -247,6 +261,7 @@ function runRow(r) {
   if (r.repairs.length) changed.push("repairs: " + r.repairs.map((x) => x.kind + (x.call_id ? " " + x.call_id : "")).join(", "));
   if (r.restored.length) changed.push("restored: " + r.restored.map((x) => x.field + " @" + x.message_index).join(", "));
   if (r.interrupted_calls.length) changed.push("answered: " + r.interrupted_calls.map((x) => x.name || x.call_id).join(", "));
+  if (r.redactions.length) changed.push("redacted: " + r.redactions.map((x) => x.rule + " ×" + x.count).join(", "));
   if (r.session_id) changed.push("session " + r.session_id);
   if (r.resumed_by) changed.push("resumed by " + r.resumed_by);
   tr.appendChild(el("td", "", changed.join("\n") || "–"));

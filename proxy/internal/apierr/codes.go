@@ -25,6 +25,7 @@ const (
 	InvalidSubject    Code = "invalid_subject"
 	InvalidCursor     Code = "invalid_cursor"
 	InvalidFilter     Code = "invalid_filter"
+	InvalidForkPoint  Code = "invalid_fork_point"
 	BodyTooLarge      Code = "body_too_large"
 	HeaderTooLarge    Code = "header_too_large"
 	RequestTimeout    Code = "request_timeout"
@@ -35,6 +36,7 @@ const (
 	ThreadBusy     Code = "thread_busy"
 	RunIDConflict  Code = "run_id_conflict"
 	RunInProgress  Code = "run_in_progress"
+	ThreadExists   Code = "thread_exists"
 
 	// Limits.
 	RateLimited       Code = "rate_limited"
@@ -84,6 +86,7 @@ var table = map[Code]int{
 	InvalidSubject:    http.StatusBadRequest,
 	InvalidCursor:     http.StatusBadRequest,
 	InvalidFilter:     http.StatusBadRequest,
+	InvalidForkPoint:  http.StatusBadRequest,
 	BodyTooLarge:      http.StatusRequestEntityTooLarge,
 	HeaderTooLarge:    http.StatusRequestHeaderFieldsTooLarge,
 	RequestTimeout:    http.StatusRequestTimeout,
@@ -93,6 +96,7 @@ var table = map[Code]int{
 	ThreadBusy:     http.StatusConflict,
 	RunIDConflict:  http.StatusConflict,
 	RunInProgress:  http.StatusConflict,
+	ThreadExists:   http.StatusConflict,
 
 	RateLimited:       http.StatusTooManyRequests,
 	KeysCoolingDown:   http.StatusTooManyRequests,

@@ -18,16 +18,20 @@ import (
 // Thread is the contract's thread document. Raw fields are provider JSON
 // exactly as stored.
 type Thread struct {
-	ID         string            `json:"id"`
-	Tenant     string            `json:"tenant"`
-	Connection string            `json:"connection"`
-	Format     string            `json:"format"`
-	CreatedAt  string            `json:"created_at"`
-	UpdatedAt  string            `json:"updated_at"`
-	Version    int64             `json:"version"`
-	System     json.RawMessage   `json:"system"`
-	Messages   []json.RawMessage `json:"messages"`
-	Runs       []Run             `json:"runs"`
+	ID         string `json:"id"`
+	Tenant     string `json:"tenant"`
+	Connection string `json:"connection"`
+	Format     string `json:"format"`
+	CreatedAt  string `json:"created_at"`
+	UpdatedAt  string `json:"updated_at"`
+	Version    int64  `json:"version"`
+	// Parent and ForkPoint: a fork's parent thread and where it was
+	// taken; null for a thread that is no fork.
+	Parent    *string           `json:"parent"`
+	ForkPoint *ForkPoint        `json:"fork_point"`
+	System    json.RawMessage   `json:"system"`
+	Messages  []json.RawMessage `json:"messages"`
+	Runs      []Run             `json:"runs"`
 }
 
 // Usage is a token usage total.
@@ -62,6 +66,10 @@ type Run struct {
 	SessionID        *string         `json:"session_id"`
 	ResumedBy        *string         `json:"resumed_by"`
 	Partial          *string         `json:"partial"`
+	// Redactions: what the connection's redaction masked before the
+	// run's bodies were stored (path or pattern and count, never the
+	// text); [] when nothing was.
+	Redactions json.RawMessage `json:"redactions"`
 }
 
 // Timestamp is t as the documents write times: UTC, milliseconds.
@@ -97,6 +105,7 @@ func ToRun(r store.Run) Run {
 		Repairs:          RawOr(r.Repairs, "[]"),
 		Restored:         RawOr(r.Restored, "[]"),
 		SessionID:        r.SessionID, ResumedBy: nullable(r.ResumedBy),
+		Redactions: RawOr(r.Redactions, "[]"),
 	}
 	if !r.FinishedAt.IsZero() {
 		f := Timestamp(r.FinishedAt)
@@ -115,6 +124,16 @@ func ToRun(r store.Run) Run {
 	return out
 }
 
+// ForkOf is a fork point's parent and fork_point (both nil for a thread
+// that is no fork).
+func ForkOf(f store.ForkPoint) (*string, *ForkPoint) {
+	if f.Parent == "" {
+		return nil, nil
+	}
+	parent := f.Parent
+	return &parent, &ForkPoint{AtMessage: f.At, AtRun: nullable(f.Run)}
+}
+
 func toThread(th store.Thread, runs []store.Run) Thread {
 	out := Thread{
 		ID: th.Thread, Tenant: th.Tenant, Connection: th.Connection, Format: th.Format,
@@ -124,6 +143,7 @@ func toThread(th store.Thread, runs []store.Run) Thread {
 	for i, m := range th.Messages {
 		out.Messages[i] = m
 	}
+	out.Parent, out.ForkPoint = ForkOf(th.Fork)
 	for _, r := range runs {
 		out.Runs = append(out.Runs, ToRun(r))
 	}
@@ -181,7 +201,12 @@ func appendRaw(dst, raw []byte, oneLine bool) []byte {
 // WriteThread answers with the thread document (Append splices the stored
 // messages in byte for byte).
 func WriteThread(ctx *fasthttp.RequestCtx, th store.Thread, runs []store.Run) {
-	ctx.SetStatusCode(200)
+	WriteThreadStatus(ctx, 200, th, runs)
+}
+
+// WriteThreadStatus is WriteThread with another status (201 for a fork).
+func WriteThreadStatus(ctx *fasthttp.RequestCtx, status int, th store.Thread, runs []store.Run) {
+	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(Append(nil, th, runs, false))
 }

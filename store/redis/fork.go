@@ -1,0 +1,99 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/chronicle-proxy/chronicle/store"
+)
+
+// forkScript writes a new thread from nothing: KEYS the new thread's
+// meta; ARGV now, parent, at, run, then a transcript write's arguments
+// (transcriptArgs: keep, keep hash, hash blob, hassys, syssum, sys, conn,
+// fmt, model, digest), then the messages (large ones staged). Returns
+// {'conflict'} (the thread exists, or a stage is missing) | {'ok'}.
+// Every key it writes is in the new thread's slot, so the thread appears
+// whole or not at all.
+var forkScript = redis.NewScript(luaBase + luaDropBlobs + luaTranscript + `
+local msgs = {}
+for j = 15, #ARGV do msgs[#msgs + 1] = ARGV[j] end
+local function fork()
+  if redis.call('EXISTS', meta) == 1 then return {'conflict'} end
+  if not staged(msgs) then return {'conflict'} end
+  if ARGV[8] == '2' and redis.call('EXISTS', p .. 'stage:' .. ARGV[10]) == 0 then return {'conflict'} end
+  local set = {}
+  writetr({}, 0, 0, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], msgs, ARGV[1], ARGV[14], set)
+  set[#set + 1] = 'par'; set[#set + 1] = ARGV[2]
+  set[#set + 1] = 'fat'; set[#set + 1] = ARGV[3]
+  if ARGV[4] ~= '' then set[#set + 1] = 'frun'; set[#set + 1] = ARGV[4] end
+  redis.call('HSET', meta, unpack(set))
+  return {'ok'}
+end
+local r = fork()
+dropstages(msgs)
+if ARGV[8] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[10]) end
+return r
+`)
+
+// forkPoint reads a thread's fork fields from its meta hash.
+func forkPoint(parent, at, run string) store.ForkPoint {
+	n, _ := strconv.Atoi(at)
+	return store.ForkPoint{Parent: parent, At: n, Run: run}
+}
+
+// ForkThread copies the parent's prefix into a new thread (store.Forks).
+//
+// The parent and the fork have hash tags of their own (two slots in a
+// Cluster), so the copy cannot be one script. The parent is read as
+// LoadThread reads it (one MULTI, then its large messages); the fork's
+// audit index entries are added next (NX: an existing thread's entries
+// are left alone), then one script on the fork's slot writes every key of
+// the new thread, the meta last of all in the same step. A crash between
+// the two leaves index entries without a thread, which ListThreads skips
+// (as it skips a thread deleted since it was indexed), and no thread a
+// reader can load. Large messages are copied into blob keys of the fork's
+// own (staged as a transcript write stages them), so deleting either
+// thread leaves the other whole.
+func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, error) {
+	if err := f.Check(); err != nil {
+		return store.Thread{}, err
+	}
+	parent, err := s.LoadThread(ctx, f.From)
+	if err != nil {
+		return store.Thread{}, err
+	}
+	t, err := store.ForkOf(parent, &f)
+	if err != nil {
+		return store.Thread{}, err
+	}
+	now := s.now()
+	ip := s.c.Pipeline()
+	z := redis.ZAddArgs{NX: true, Members: []redis.Z{{Score: float64(now), Member: f.To.Thread}}}
+	ip.ZAddArgs(ctx, s.tenantThreads(f.To.Tenant), z)
+	z.Members = []redis.Z{{Score: float64(now), Member: f.To.Tenant + "/" + f.To.Thread}}
+	ip.ZAddArgs(ctx, s.allThreads(), z)
+	ip.SAdd(ctx, s.tenants(), f.To.Tenant)
+	if _, err := ip.Exec(ctx); err != nil {
+		return store.Thread{}, mapErr(err)
+	}
+	b := s.batch(ctx)
+	name := "fork-" + newAttempt()
+	sys := sendSystem(&t)
+	sys.blob = true // the script writes the blob: it has none to compare a sum with
+	args := append([]any{now, f.From.Thread, f.At, f.Run}, s.transcriptArgs(b, f.To, name, &t, sys)...)
+	args = s.stage(b, f.To, name, t.Messages, args)
+	cmd := b.script(forkScript, []string{s.meta(f.To)}, args...)
+	if err := b.exec(s); err != nil {
+		return store.Thread{}, mapErr(err)
+	}
+	if str(result(cmd.Val())[0]) != "ok" {
+		return store.Thread{}, fmt.Errorf("thread %s: exists: %w", f.To, store.ErrConflict)
+	}
+	return store.Thread{Key: f.To, Connection: t.Connection, Format: t.Format, Model: t.Model,
+		System: t.System, Messages: t.Messages, Hashes: t.Hashes, Version: 1,
+		CreatedAt: fromMS(strconv.FormatInt(now, 10)), UpdatedAt: fromMS(strconv.FormatInt(now, 10)),
+		Fork: store.ForkPoint{Parent: f.From.Thread, At: f.At, Run: f.Run}}, nil
+}
