@@ -86,6 +86,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"Sessions", testSessions},
 		{"Invalid", testInvalid},
 		{"SaveTranscriptAsync", testSaveAsync},
+		{"Keys", testKeys},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
