@@ -37,3 +37,13 @@ type Keys interface {
 	// (crypto-shredding).
 	DeleteKeys(ctx context.Context, tenant string) (int, error)
 }
+
+// HashKeyer is a store whose message hashes must be keyed per tenant
+// (store/sealed, encryption at rest): its caller passes every Hash it
+// computes from content through the tenant's transform before the store
+// sees it, so a stored hash is no function of the content alone. The
+// transform is deterministic and fixed for the tenant, so equal messages
+// still hash equal and prefix matching works.
+type HashKeyer interface {
+	HashKey(ctx context.Context, tenant string) (func(Hash) Hash, error)
+}

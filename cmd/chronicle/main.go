@@ -133,12 +133,21 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs 
 	if err != nil {
 		return err
 	}
+	backend := st
 	if spooled, err := openSpool(st, cfg, log); err != nil {
 		st.Close()
 		return err
 	} else {
 		st = spooled
 	}
+	octx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	sealedStore, err := sealStore(octx, st, backend, cfg)
+	cancel()
+	if err != nil {
+		st.Close()
+		return err
+	}
+	st = sealedStore
 	defer st.Close()
 	gates, rates, closeLimits, err := openLimits(ctx, cfg, log)
 	if err != nil {
