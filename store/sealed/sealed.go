@@ -428,13 +428,3 @@ func (s *Store) Durability(ctx context.Context) (string, error) {
 	}
 	return line + "; content encrypted at rest (AES-256-GCM, key " + s.ring.Current() + ")", nil
 }
-
-// DebugKeys lists the backend's keys, when it can (storetest.KeyLister).
-func (s *Store) DebugKeys(ctx context.Context) ([]string, error) {
-	if kl, ok := s.Store.(interface {
-		DebugKeys(context.Context) ([]string, error)
-	}); ok {
-		return kl.DebugKeys(ctx)
-	}
-	return nil, errors.New("sealed: the backend cannot list its keys")
-}
