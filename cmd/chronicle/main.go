@@ -24,6 +24,8 @@ const usage = `chronicle — a reverse proxy that adds persistence in front of L
 usage:
   chronicle serve [--config FILE]   run the proxy (FILE also from CHRONICLE_CONFIG)
   chronicle threads ls|show|export|rm   read, export and delete stored threads
+  chronicle keys rewrap --config FILE   re-wrap the data keys of encryption at rest
+                                    under the current key-encryption key
   chronicle repair [--format openai|gemini|responses] < history.json
                                     print a repaired history and its interrupted calls
   chronicle healthcheck [--url URL] exit 0 if a running proxy answers /healthz (for
@@ -82,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stdout, stderr)
 	case "threads":
 		return threadsCmd(args[1:], stdout, stderr)
+	case "keys":
+		return keysCmd(args[1:], stdout, stderr)
 	case "repair":
 		return repairCmd(args[1:], os.Stdin, stdout, stderr)
 	case "healthcheck":
