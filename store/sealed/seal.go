@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // A sealed value:
@@ -76,10 +77,35 @@ func aad(hdr []byte, kind Kind, tenant string) []byte {
 func (dk *dataKey) seal(kind Kind, tenant string, p []byte) []byte {
 	out := make([]byte, len(dk.hdr)+nonceSize, len(dk.hdr)+nonceSize+len(p)+tagSize)
 	copy(out, dk.hdr)
-	if _, err := rand.Read(out[len(dk.hdr):]); err != nil {
-		panic(err) // crypto/rand does not fail
-	}
+	randomNonce(out[len(dk.hdr):])
 	return dk.aead.Seal(out, out[len(dk.hdr):], p, aad(dk.hdr, kind, tenant))
+}
+
+// nonces hands out random nonces from a buffer crypto/rand fills 4 KiB at
+// a time: one getrandom call per 341 nonces instead of one each (a
+// stream's events are sealed one by one). Every nonce is fresh random
+// bytes, used once.
+var nonces struct {
+	sync.Mutex
+	buf [4096 - 4096%nonceSize]byte
+	at  int
+}
+
+func randomNonce(dst []byte) {
+	nonces.Lock()
+	if nonces.at == 0 || nonces.at+nonceSize > len(nonces.buf) {
+		if _, err := rand.Read(nonces.buf[:]); err != nil {
+			panic(err) // crypto/rand does not fail
+		}
+		nonces.at = 0
+	}
+	copy(dst, nonces.buf[nonces.at:nonces.at+nonceSize])
+	clear(nonces.buf[nonces.at : nonces.at+nonceSize])
+	nonces.at += nonceSize
+	if nonces.at == len(nonces.buf) {
+		nonces.at = 0
+	}
+	nonces.Unlock()
 }
 
 // sealFixed encrypts p with a nonce derived from p itself (a keyed hash
