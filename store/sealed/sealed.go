@@ -331,12 +331,28 @@ func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (sto
 	return s.Store.Renew(ctx, l, p)
 }
 
+// Finish seals f's content and finishes the run. It runs on a stream's
+// connection goroutine with the store's round trip below it: the sealing,
+// and the copies it makes, are in sealFinish, whose frame is gone before
+// the backend is called (docs/design.md, "Runtime mechanics").
 func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) error {
-	z, err := s.sealer(ctx, l.Key.Tenant)
+	g, err := s.sealFinish(ctx, l.Key.Tenant, f)
 	if err != nil {
 		return err
 	}
-	g := *f
+	return s.Store.Finish(ctx, l, g)
+}
+
+// sealFinish returns a copy of f with its content sealed.
+//
+//go:noinline
+func (s *Store) sealFinish(ctx context.Context, tenant string, f *store.Finish) (*store.Finish, error) {
+	z, err := s.sealer(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	g := new(store.Finish)
+	*g = *f
 	g.Error = z.one(KindError, f.Error)
 	g.Partial = z.one(KindPartial, f.Partial)
 	g.Response = z.one(KindResponse, f.Response)
@@ -346,18 +362,20 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 	g.Restored = z.one(KindLedger, f.Restored)
 	g.Events = z.all(KindEvent, f.Events)
 	if f.Transcript != nil {
-		t := z.transcript(*f.Transcript)
-		g.Transcript = &t
+		t := new(store.Transcript)
+		*t = z.transcript(*f.Transcript)
+		g.Transcript = t
 	}
 	if f.Rebuild != nil {
-		rb := *f.Rebuild
+		rb := new(store.Rebuild)
+		*rb = *f.Rebuild
 		if err := s.keyStart(ctx, &rb.Start); err != nil {
-			return err
+			return nil, err
 		}
 		rb.Transcript = z.transcript(rb.Transcript)
-		g.Rebuild = &rb
+		g.Rebuild = rb
 	}
-	return s.Store.Finish(ctx, l, &g)
+	return g, nil
 }
 
 func (s *Store) GetRun(ctx context.Context, k store.Key, runID string) (store.Run, error) {
