@@ -18,6 +18,7 @@ import (
 	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
 	"github.com/chronicle-proxy/chronicle/store/redistest"
 	"github.com/chronicle-proxy/chronicle/store/sealed"
+	"github.com/chronicle-proxy/chronicle/store/spool"
 	"github.com/chronicle-proxy/chronicle/store/storetest"
 )
 
@@ -426,5 +427,63 @@ func TestHashKey(t *testing.T) {
 	one, two := wrap(t, be, k), wrap(t, be, kek(t, "k2"), k)
 	if a := hk(one, "acme"); a == h || a != hk(two, "acme") || a == hk(one, "beta") {
 		t.Fatalf("hash key: %x %x %x (plain %x)", a, hk(two, "acme"), hk(one, "beta"), h)
+	}
+}
+
+// TestPassesThrough: the wrapper offers what the proxy type-asserts on
+// its store: AsyncSaver, Durability (saying the content is encrypted),
+// HashKeyer, and Journal and StartOffline exactly when the wrapped store
+// (the spool) has them.
+func TestPassesThrough(t *testing.T) {
+	ctx := context.Background()
+	be := openEmbedded(t, t.TempDir(), nil)
+	defer be.Close()
+	k := kek(t, "k1")
+	plain := wrap(t, be, k)
+	sp, err := spool.Open(be, spool.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	ring, err := sealed.NewKeyring(be, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spooled := sealed.Wrap(sp, ring, sealed.Options{})
+	type offline interface {
+		StartOffline(context.Context, store.StartRun) (*store.Started, error)
+	}
+	for _, st := range []store.Store{plain, spooled} {
+		if _, ok := st.(store.AsyncSaver); !ok {
+			t.Error("not an AsyncSaver")
+		}
+		if _, ok := st.(store.HashKeyer); !ok {
+			t.Error("not a HashKeyer")
+		}
+		d, ok := st.(store.Durability)
+		if !ok {
+			t.Fatal("not a Durability")
+		}
+		if line, err := d.Durability(ctx); err != nil || !strings.Contains(line, "encrypted at rest") {
+			t.Errorf("Durability: %q, %v", line, err)
+		}
+		if _, ok := st.(offline); !ok {
+			t.Error("no StartOffline")
+		}
+	}
+	if _, ok := plain.(store.Journal); ok {
+		t.Error("a Journal over a store without one")
+	}
+	if _, ok := spooled.(store.Journal); !ok {
+		t.Error("no Journal over the spool")
+	}
+	// Over the spool, an offline start works (the tenant's keys cached).
+	started, err := spooled.(offline).StartOffline(ctx, store.StartRun{Key: store.Key{Tenant: "acme", Thread: "t"}, RunID: "r", Owner: "o", TTL: time.Minute, Fingerprint: "fp"})
+	if err != nil || started == nil {
+		t.Fatalf("StartOffline: %v", err)
+	}
+	// Over a store without it, it says the store is away.
+	if _, err := plain.(offline).StartOffline(ctx, store.StartRun{Key: store.Key{Tenant: "acme", Thread: "u"}, RunID: "r2"}); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("StartOffline without a spool: %v", err)
 	}
 }
