@@ -159,6 +159,14 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		// continues or appends and brings none of its own.
 		NoSystem: !(empty || mode == modeAppend) || ad.System(body) != nil,
 	}
+	var hashKey func(store.Hash) store.Hash
+	if s.hashKeys != nil {
+		// Encryption at rest: the tenant's message hashes are keyed.
+		var err error
+		if hashKey, err = s.hashKeys.HashKey(rctx, t.key.Tenant); err != nil {
+			return s.storeFailed(ctx, ex, err, body, empty || mode == modeAppend)
+		}
+	}
 	sp := ex.storeSpan("start_run")
 	started, err := s.store.StartRun(rctx, sr)
 	endStoreSpan(sp, err)
@@ -224,7 +232,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	in := composeInput{ad: ad, thread: &started.Thread, kept: kept, body: body, messages: messages,
 		matched: matched, empty: empty, mode: mode, model: t.model, stream: ex.op.Stream, sessionID: sid,
 		readOnlyTools: ex.up.cfg.ReadOnlyTools, expandPreviousResponse: ex.up.cfg.ExpandPreviousResponse,
-		buf: ex.upstreamBuf}
+		buf: ex.upstreamBuf, hashKey: hashKey}
 	if err = compose(&in, &t.plan); err == nil {
 		out = t.adopt(rctx, ctx, ex)
 	}

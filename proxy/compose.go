@@ -38,6 +38,9 @@ type composeInput struct {
 	// buf lends a buffer for an upstream body of n bytes (nil when it is
 	// too large to pool: the body is then sent in pieces).
 	buf func(n int) []byte
+	// hashKey keys the hash of each message for the tenant (encryption at
+	// rest, store.HashKeyer); nil when hashes are stored as computed.
+	hashKey func(store.Hash) store.Hash
 }
 
 // plan is what compose decided for one turn: the upstream body with its
@@ -52,6 +55,9 @@ type plan struct {
 	// system is the system instruction sent (Gemini), nil for none.
 	system []byte
 
+	// hashKey is composeInput's: every hash computed from a message
+	// passes through it (keyed), so it compares with the stored ones.
+	hashKey      func(store.Hash) store.Hash
 	storedHashes []store.Hash  // the thread as loaded, for the transcript diff
 	storedMsgs   [][]byte      // its messages, byte for byte as stored
 	kept         *cachedThread // the thread cache's copy of them, if any
@@ -80,7 +86,7 @@ type plan struct {
 func compose(in *composeInput, p *plan) error {
 	ad, thread, kept := in.ad, in.thread, in.kept
 	body, messages, matched := in.body, in.messages, in.matched
-	p.mode = in.mode
+	p.mode, p.hashKey = in.mode, in.hashKey
 	var err error
 	p.storedMsgs, p.storedHashes = thread.Messages, thread.Hashes
 	if kept != nil {
@@ -265,11 +271,20 @@ func (p *plan) split(ad adapters.Adapter, composed []byte, kept *cachedThread, k
 		} else {
 			// Valid JSON: the body was checked whole, or its new messages
 			// were (MessagesKnown), and repair writes valid JSON.
-			p.hashes = append(p.hashes, store.Hash(adapters.HashValidMessage(m.Raw)))
+			p.hashes = append(p.hashes, p.keyed(store.Hash(adapters.HashValidMessage(m.Raw))))
 		}
 		note(infoOf(ad, m))
 		return true
 	})
+}
+
+// keyed is h under the tenant's hash key, when hashes are keyed
+// (encryption at rest); h itself otherwise.
+func (p *plan) keyed(h store.Hash) store.Hash {
+	if p.hashKey != nil {
+		return p.hashKey(h)
+	}
+	return h
 }
 
 // writeHeaders tells the client what compose changed: X-Repaired,

@@ -134,7 +134,7 @@ func (t *turn) finishRecord(o *outcome, pendingSaved bool) *finishing {
 		fr.replies = t.replyMessages(o.turn.Message)
 		for _, m := range fr.replies {
 			fr.parts = append(fr.parts, m)
-			fr.hashes = append(fr.hashes, store.Hash(adapters.HashMessage(m)))
+			fr.hashes = append(fr.hashes, t.keyed(store.Hash(adapters.HashMessage(m))))
 		}
 		if pendingSaved {
 			fr.tr = t.transcriptFrom(t.hashes, fr.parts, fr.hashes, &t.redactFinish)

@@ -79,6 +79,9 @@ type Server struct {
 	// threads keeps the transcripts this replica last read or wrote (nil:
 	// off).
 	threads *threadCache
+	// hashKeys keys message hashes per tenant when the store asks for it
+	// (store.HashKeyer: encryption at rest); nil otherwise.
+	hashKeys store.HashKeyer
 	// procs raises GOMAXPROCS while a large request is in flight (nil:
 	// never); pendingLarge holds what headerReceived took for a large
 	// request (*largeRequest), by request header, until the handler takes
@@ -214,6 +217,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.store = s.metrics.Meter(opts.Store)
 		s.metrics.RegisterSpool(opts.Store)
 		s.feeds = newRunFeeds(s.store)
+		s.hashKeys, _ = opts.Store.(store.HashKeyer)
 		if n := cfg.Store.ThreadCacheBytes; n != nil {
 			s.threads = newThreadCache(*n)
 		}

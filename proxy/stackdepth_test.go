@@ -107,6 +107,14 @@ func TestConnectionStackStaysSmall(t *testing.T) {
 			}
 			return sp
 		}},
+		// With encryption at rest (store/sealed), the wrapper's frame
+		// above the store's. (Over the spool as well, as chronicle serve
+		// runs Redis, the wrapper's 152-byte frame takes the finish past
+		// connectionStackBudget by under 50 bytes, into its margin: it
+		// passes with 7050, still within the 8 KiB stack's 7264. That
+		// case is not here until a frame on the path is trimmed.)
+		{"embedded sealed", true, func(t testing.TB) store.Store { return sealedOver(t, openEmbedded(t, t.TempDir())) }},
+		{"redis sealed", true, func(t testing.TB) store.Store { return sealedOver(t, redisStore()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conns := "connections:\n"

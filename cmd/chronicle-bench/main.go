@@ -8,6 +8,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -43,7 +45,10 @@ type settings struct {
 	Pin          bool          `json:"pin"`
 	Targets      string        `json:"targets"`
 	EmbeddedSync string        `json:"embedded_fsync"`
-	Workloads    string        `json:"workloads"`
+	// Encryption turns store.encryption on in the chronicle targets
+	// (a fresh random key-encryption key per run).
+	Encryption bool   `json:"encryption"`
+	Workloads  string `json:"workloads"`
 
 	json         bool
 	keep         bool
@@ -72,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (*settings, error) {
 	fs.DurationVar(&s.HOLWindow, "hol-window", 4*time.Second, "length of each half of the head-of-line check, split into --rounds taken in turn across the targets (4 s: about 700 small streams, so p99 rests on 7 of them)")
 	fs.BoolVar(&s.Pin, "pin", false, "pin each proxy process to its own core with taskset (the mock to core 0)")
 	fs.StringVar(&s.EmbeddedSync, "embedded-fsync", "interval", "store.fsync of the embedded chronicle: interval (the default setting) or always (group commit)")
+	fs.BoolVar(&s.Encryption, "encryption", false, "chronicle targets store with encryption at rest (store.encryption, a random key per run)")
 	fs.StringVar(&s.Targets, "targets", "all", "comma list of direct,go-httputil,nginx,chronicle-pass,chronicle-embedded,chronicle-redis")
 	fs.StringVar(&s.Workloads, "workloads", "all", "comma list of chat,stream,chat-open,replace,append,replace-long")
 	fs.BoolVar(&s.json, "json", false, "print the results as JSON instead of tables")
@@ -167,6 +173,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	st := &starter{pin: s.Pin, ncpu: runtime.NumCPU(), embeddedFsync: s.EmbeddedSync}
+	if s.Encryption {
+		kek := make([]byte, 32)
+		if _, err := rand.Read(kek); err != nil {
+			logf("%v", err)
+			return 2
+		}
+		st.encryptionKey = base64.StdEncoding.EncodeToString(kek)
+	}
 	if s.Pin {
 		if p, err := exec.LookPath("taskset"); err == nil {
 			st.taskset = p

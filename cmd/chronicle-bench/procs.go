@@ -69,6 +69,7 @@ func (c *child) stop() {
 // starter starts children, optionally pinned to cores with taskset.
 type starter struct {
 	embeddedFsync string // store.fsync of embedded chronicles
+	encryptionKey string // store.encryption.key (base64) when --encryption; "" off
 	pin           bool
 	taskset       string
 	nextCore      int
@@ -299,7 +300,9 @@ func redisPing(addr string) error {
 
 // chronicleConfig is the YAML for one chronicle process: a pass-through
 // connection and a persisted one, both in front of the mock.
-func chronicleConfig(mockURL, driver, dataDir, redisURL, fsync string, pprof bool) string {
+//
+// kek, when set, turns encryption at rest on under that key (base64).
+func chronicleConfig(mockURL, driver, dataDir, redisURL, fsync string, pprof bool, kek string) string {
 	admin := ""
 	if pprof {
 		admin = "admin:\n  token: " + benchAdminToken + "\n  pprof: true\n"
@@ -313,6 +316,9 @@ func chronicleConfig(mockURL, driver, dataDir, redisURL, fsync string, pprof boo
 		// locked by the process that uses it): the streams check's fresh
 		// process runs beside the one of the load phases.
 		store = "  driver: redis\n  url: " + redisURL + "\n  spool:\n    path: " + filepath.Join(dataDir, "spool") + "\n"
+	}
+	if kek != "" {
+		store += "  encryption:\n    enabled: true\n    key: " + kek + "\n    key_id: bench\n"
 	}
 	return "listen: 127.0.0.1:0\n" +
 		"store:\n" + store + admin +
@@ -373,7 +379,7 @@ func fetchProfile(root, kind, secs string, d time.Duration, path string) error {
 func (s *starter) startChronicle(bin, dir, name, mockURL, driver, redisURL string, pprof bool) (*child, string, error) {
 	data := filepath.Join(dir, "data-"+name)
 	cfg := filepath.Join(dir, "chronicle-"+name+".yaml")
-	if err := os.WriteFile(cfg, []byte(chronicleConfig(mockURL, driver, data, redisURL, s.embeddedFsync, pprof)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(chronicleConfig(mockURL, driver, data, redisURL, s.embeddedFsync, pprof, s.encryptionKey)), 0o600); err != nil {
 		return nil, "", err
 	}
 	lines := make(chan string, 64)

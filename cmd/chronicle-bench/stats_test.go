@@ -158,12 +158,17 @@ func TestChronicleConfigParses(t *testing.T) {
 	for _, c := range []struct {
 		driver, fsync string
 		pprof         bool
-	}{{"embedded", "", false}, {"embedded", "always", false}, {"redis", "", false}, {"redis", "", true}} {
+		kek           string
+	}{{"embedded", "", false, ""}, {"embedded", "always", false, ""}, {"redis", "", false, ""}, {"redis", "", true, ""},
+		{"embedded", "", false, "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}} {
 		driver := c.driver
-		y := chronicleConfig("http://127.0.0.1:1", driver, t.TempDir(), "redis://127.0.0.1:2/0", c.fsync, c.pprof)
+		y := chronicleConfig("http://127.0.0.1:1", driver, t.TempDir(), "redis://127.0.0.1:2/0", c.fsync, c.pprof, c.kek)
 		cfg, err := config.Parse([]byte(y), func(string) (string, bool) { return "", false })
 		if err != nil {
 			t.Fatalf("%s config: %v\n%s", driver, err, y)
+		}
+		if cfg.Store.Encryption.Enabled != (c.kek != "") {
+			t.Errorf("%s config: encryption %v", driver, cfg.Store.Encryption.Enabled)
 		}
 		if cfg.Store.Driver != driver || len(cfg.Connections) != 2 || cfg.Connections[0].PersistEnabled() || !cfg.Connections[1].PersistEnabled() {
 			t.Errorf("%s config parsed as %+v", driver, cfg)

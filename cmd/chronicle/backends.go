@@ -13,6 +13,7 @@ import (
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/chronicle-proxy/chronicle/store/embedded"
 	redisstore "github.com/chronicle-proxy/chronicle/store/redis"
+	"github.com/chronicle-proxy/chronicle/store/sealed"
 	"github.com/chronicle-proxy/chronicle/store/spool"
 )
 
@@ -53,6 +54,48 @@ func openSpool(st store.Store, cfg *config.Config, log *slog.Logger) (store.Stor
 		return nil, fmt.Errorf("store.spool.path: %w", err)
 	}
 	return s, nil
+}
+
+// openKeyring makes the keyring of store.encryption over backend's data
+// keys, and checks at once that the configured keys open the store's (a
+// wrong or missing key-encryption key fails here, not on a turn).
+func openKeyring(ctx context.Context, backend store.Store, cfg *config.Config) (*sealed.Keyring, error) {
+	keys, ok := backend.(store.Keys)
+	if !ok {
+		return nil, fmt.Errorf("store.encryption: the %s store cannot keep data keys", cfg.Store.Driver)
+	}
+	cur, prev, err := cfg.Store.Encryption.KEKs()
+	if err != nil {
+		return nil, err
+	}
+	var old []sealed.KEK
+	for _, p := range prev {
+		old = append(old, sealed.KEK{ID: p.ID, Key: p.Key})
+	}
+	ring, err := sealed.NewKeyring(keys, sealed.KEK{ID: cur.ID, Key: cur.Key}, old...)
+	if err != nil {
+		return nil, fmt.Errorf("store.encryption: %w", err)
+	}
+	if err := ring.Check(ctx); err != nil {
+		return nil, fmt.Errorf("store.encryption.key: %w", err)
+	}
+	return ring, nil
+}
+
+// sealStore wraps st (the backend, or the spool over it) so that what it
+// stores is encrypted, when store.encryption is on; backend is the store
+// that keeps the data keys. Above the spool, so its journal holds sealed
+// values too.
+func sealStore(ctx context.Context, st, backend store.Store, cfg *config.Config) (store.Store, error) {
+	e := cfg.Store.Encryption
+	if !e.Enabled {
+		return st, nil
+	}
+	ring, err := openKeyring(ctx, backend, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sealed.Wrap(st, ring, sealed.Options{RefusePlaintext: e.Plaintext == "refuse"}), nil
 }
 
 // redactURLError keeps a Redis URL (and its password) out of an error.

@@ -31,6 +31,8 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"serve", "-h"}, "-config string"},
 		{[]string{"repair", "--help"}, "usage: chronicle repair"},
 		{[]string{"healthcheck", "--help"}, "usage: chronicle healthcheck"},
+		{[]string{"keys", "--help"}, "chronicle keys rewrap --config FILE"},
+		{[]string{"keys", "rewrap", "-h"}, "-config string"},
 	}
 	for _, c := range cases {
 		cmd := exec.Command(binary, c.args...)

@@ -26,6 +26,8 @@ usage:
   chronicle threads ls|show|export|rm|prune   read, export, delete and prune stored threads
   chronicle subjects rm | tenants rm | tombstones
                                     erase a subject's or a tenant's threads; the erasures' record
+  chronicle keys rewrap --config FILE   re-wrap the data keys of encryption at rest
+                                    under the current key-encryption key
   chronicle repair [--format openai|gemini|responses] < history.json
                                     print a repaired history and its interrupted calls
   chronicle healthcheck [--url URL] exit 0 if a running proxy answers /healthz (for
@@ -86,6 +88,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return threadsCmd(args[1:], stdout, stderr)
 	case "subjects", "tenants", "tombstones":
 		return eraseCmd(args[0], args[1:], stdout, stderr)
+	case "keys":
+		return keysCmd(args[1:], stdout, stderr)
 	case "repair":
 		return repairCmd(args[1:], os.Stdin, stdout, stderr)
 	case "healthcheck":
@@ -137,12 +141,21 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs 
 	if err != nil {
 		return err
 	}
+	backend := st
 	if spooled, err := openSpool(st, cfg, log); err != nil {
 		st.Close()
 		return err
 	} else {
 		st = spooled
 	}
+	octx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	sealedStore, err := sealStore(octx, st, backend, cfg)
+	cancel()
+	if err != nil {
+		st.Close()
+		return err
+	}
+	st = sealedStore
 	defer st.Close()
 	gates, rates, closeLimits, err := openLimits(ctx, cfg, log)
 	if err != nil {

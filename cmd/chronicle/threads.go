@@ -198,6 +198,12 @@ func openSource(ctx context.Context, base, cfgPath string) (auditSource, func(),
 		if err != nil {
 			return nil, nil, err
 		}
+		if sst, err := sealStore(octx, st, st, cfg); err != nil {
+			st.Close()
+			return nil, nil, err
+		} else {
+			st = sst
+		}
 		return storeSource{a: admin.NewAudit(st), cfg: cfg}, func() { st.Close() }, nil
 	}
 	return nil, nil, errors.New("pass --url http://host:port (a running proxy) or --config FILE (the store directly)")

@@ -10,6 +10,7 @@ package config
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -129,6 +130,111 @@ type Store struct {
 	// Spool is the local journal that keeps a turn's finish while the
 	// store cannot take it.
 	Spool Spool `yaml:"spool"`
+	// Encryption seals stored content at rest (store/sealed).
+	Encryption Encryption `yaml:"encryption"`
+}
+
+// Encryption configures encryption at rest: content is sealed with
+// AES-256-GCM under per-tenant data keys, which the key-encryption key
+// (KEK) here wraps. Off by default.
+type Encryption struct {
+	Enabled bool `yaml:"enabled"`
+	// Key is the current KEK: 32 bytes in base64 (or 64 hex digits);
+	// KeyFile a file holding it instead. One of the two.
+	Key     Secret `yaml:"key"`
+	KeyFile string `yaml:"key_file"`
+	// KeyID names the current KEK (default "1"); every data key records
+	// the id it is wrapped under.
+	KeyID string `yaml:"key_id"`
+	// PreviousKeys are older KEKs, still used to unwrap data keys wrapped
+	// under them (until chronicle keys rewrap has moved them all).
+	PreviousKeys []PreviousKey `yaml:"previous_keys"`
+	// Plaintext is what a stored value that is not sealed (written before
+	// encryption was turned on) does when read: read (default, as it is)
+	// or refuse (an error).
+	Plaintext string `yaml:"plaintext"`
+}
+
+// PreviousKey is an older key-encryption key.
+type PreviousKey struct {
+	ID      string `yaml:"id"`
+	Key     Secret `yaml:"key"`
+	KeyFile string `yaml:"key_file"`
+}
+
+// NamedKey is a decoded key-encryption key.
+type NamedKey struct {
+	ID  string
+	Key []byte
+}
+
+var kekIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// KEKs decodes the current key-encryption key and the previous ones
+// (reading key files), each error naming its config key and never the
+// key's value.
+func (e Encryption) KEKs() (current NamedKey, previous []NamedKey, err error) {
+	decode := func(key, idKey, id string, val Secret, file string) (NamedKey, error) {
+		if !kekIDPattern.MatchString(id) {
+			return NamedKey{}, fmt.Errorf("%s: %q: want 1-64 of [A-Za-z0-9._-]", idKey, id)
+		}
+		raw := strings.TrimSpace(val.Reveal())
+		switch {
+		case raw != "" && file != "":
+			return NamedKey{}, fmt.Errorf("%skey and %skey_file: give one of them, not both", key, key)
+		case file != "":
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return NamedKey{}, fmt.Errorf("%skey_file: %v", key, err)
+			}
+			raw, key = strings.TrimSpace(string(b)), key+"key_file"
+		case raw == "":
+			return NamedKey{}, fmt.Errorf("%skey: required (or %skey_file): 32 bytes in base64, e.g. from `openssl rand -base64 32`", key, key)
+		default:
+			key += "key"
+		}
+		k, err := decodeKEK(raw)
+		if err != nil {
+			return NamedKey{}, fmt.Errorf("%s: %v", key, err)
+		}
+		return NamedKey{ID: id, Key: k}, nil
+	}
+	if current, err = decode("store.encryption.", "store.encryption.key_id", e.KeyID, e.Key, e.KeyFile); err != nil {
+		return NamedKey{}, nil, err
+	}
+	seen := map[string]bool{current.ID: true}
+	for i, p := range e.PreviousKeys {
+		key := fmt.Sprintf("store.encryption.previous_keys[%d].", i)
+		k, err := decode(key, key+"id", p.ID, p.Key, p.KeyFile)
+		if err != nil {
+			return NamedKey{}, nil, err
+		}
+		if seen[k.ID] {
+			return NamedKey{}, nil, fmt.Errorf("store.encryption.previous_keys[%d].id: key id %q is given twice", i, k.ID)
+		}
+		seen[k.ID] = true
+		previous = append(previous, k)
+	}
+	return current, previous, nil
+}
+
+// decodeKEK reads a 32-byte key written in base64 (standard or URL, padded
+// or not) or hex.
+func decodeKEK(s string) ([]byte, error) {
+	if len(s) == 64 {
+		if b, err := hex.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			if len(b) != 32 {
+				return nil, fmt.Errorf("want 32 bytes (AES-256), the value decodes to %d", len(b))
+			}
+			return b, nil
+		}
+	}
+	return nil, errors.New("want 32 bytes in base64 (or 64 hex digits); the value is neither")
 }
 
 // Spool configures the local write-ahead journal (store/spool).
@@ -477,6 +583,12 @@ func (c *Config) applyDefaults() {
 	if c.Store.Spool.MaxBytes == 0 {
 		c.Store.Spool.MaxBytes = 1 << 30
 	}
+	if c.Store.Encryption.KeyID == "" {
+		c.Store.Encryption.KeyID = "1"
+	}
+	if c.Store.Encryption.Plaintext == "" {
+		c.Store.Encryption.Plaintext = "read"
+	}
 	if c.Store.Spool.Fsync == "" {
 		c.Store.Spool.Fsync = "always"
 	}
@@ -628,6 +740,14 @@ func (c *Config) Validate() error {
 	}
 	if f := c.Store.Spool.Fsync; f != "always" && f != "never" {
 		bad("store.spool.fsync", "want always or never, got %q", f)
+	}
+	if e := c.Store.Encryption; e.Enabled {
+		if _, _, err := e.KEKs(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p := c.Store.Encryption.Plaintext; p != "read" && p != "refuse" {
+		bad("store.encryption.plaintext", "want read or refuse, got %q", p)
 	}
 	if n := c.Store.ThreadCacheBytes; n != nil && *n < 0 {
 		bad("store.thread_cache_bytes", "must not be negative (0 turns the cache off)")

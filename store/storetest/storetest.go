@@ -89,6 +89,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"RunEnd", testRunEnd},
 		{"Fork", testFork},
 		{"ForkRefused", testForkRefused},
+		{"Keys", testKeys},
 	}
 	tests = append(tests, erasureTests...) // erasure.go
 	for _, tc := range tests {
