@@ -105,10 +105,10 @@ func (a *Audit) EraseTenant(ctx context.Context, tenant string, by Eraser) (Eras
 	if err != nil || !out.Complete {
 		return out, err
 	}
-	// Crypto-shredding: with encryption at rest (another branch of issue
-	// 31), the tenant's data keys go too, so that what the disk still
-	// holds below the key level can no longer be read. Only once every
-	// thread is gone: a busy thread still needs its keys.
+	// Crypto-shredding: with encryption at rest (store/sealed), the
+	// tenant's data keys go too, so that what the disk still holds below
+	// the key level can no longer be read. Only once every thread is
+	// gone: a busy thread still needs its keys.
 	if sh, ok := store.As[store.Shredder](a.st); ok {
 		if err := sh.ShredTenant(ctx, tenant); err != nil {
 			return out, fmt.Errorf("erased the threads, but not the tenant's data keys: %w", err)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"time"
 
 	"github.com/chronicle-proxy/chronicle/store"
 )
@@ -100,8 +101,23 @@ type Keyring struct {
 	max     int
 
 	mu    sync.RWMutex
-	cache map[string]*dataKey // tenant NUL id
+	cache map[string]cachedKey // tenant NUL id
+	now   func() time.Time
 }
+
+// cachedKey is an unwrapped data key and when it was read from the store.
+type cachedKey struct {
+	dk   *dataKey
+	read time.Time
+}
+
+// KeyCacheTTL is how long an unwrapped data key is used before the store is
+// asked again whether it still has it. A tenant's erasure deletes its keys
+// (ShredTenant) and drops them from this replica's cache at once; another
+// replica notices within this time, and until then may still write under
+// the deleted key, whose values then no reader can open: erase a tenant
+// once its traffic has stopped.
+const KeyCacheTTL = time.Minute
 
 // DefaultCacheKeys bounds the unwrapped data keys a Keyring keeps.
 const DefaultCacheKeys = 10000
@@ -109,7 +125,7 @@ const DefaultCacheKeys = 10000
 // NewKeyring makes a keyring that wraps new data keys under current and
 // unwraps with current or any of previous. It checks every KEK.
 func NewKeyring(keys store.Keys, current KEK, previous ...KEK) (*Keyring, error) {
-	r := &Keyring{keys: keys, current: current, keks: map[string]cipher.AEAD{}, max: DefaultCacheKeys, cache: map[string]*dataKey{}}
+	r := &Keyring{keys: keys, current: current, keks: map[string]cipher.AEAD{}, max: DefaultCacheKeys, cache: map[string]cachedKey{}, now: time.Now}
 	for _, k := range append([]KEK{current}, previous...) {
 		if err := CheckKEK(k); err != nil {
 			return nil, err
@@ -170,11 +186,12 @@ func (r *Keyring) unwrap(tenant, id string, w []byte) (raw []byte, kek string, e
 // create makes it when the store has none.
 func (r *Keyring) get(ctx context.Context, tenant, id string, create bool) (*dataKey, error) {
 	ck := tenant + "\x00" + id
+	now := r.now()
 	r.mu.RLock()
-	dk := r.cache[ck]
+	c, ok := r.cache[ck]
 	r.mu.RUnlock()
-	if dk != nil {
-		return dk, nil
+	if ok && now.Sub(c.read) < KeyCacheTTL {
+		return c.dk, nil
 	}
 	w, err := r.keys.GetKey(ctx, tenant, id)
 	if errors.Is(err, store.ErrNotFound) && create {
@@ -195,7 +212,8 @@ func (r *Keyring) get(ctx context.Context, tenant, id string, create bool) (*dat
 	if err != nil {
 		return nil, err
 	}
-	if dk, err = newDataKey(id, raw); err != nil {
+	dk, err := newDataKey(id, raw)
+	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -205,7 +223,7 @@ func (r *Keyring) get(ctx context.Context, tenant, id string, create bool) (*dat
 			break
 		}
 	}
-	r.cache[ck] = dk
+	r.cache[ck] = cachedKey{dk: dk, read: now}
 	r.mu.Unlock()
 	return dk, nil
 }

@@ -68,7 +68,27 @@ func Wrap(st store.Store, ring *Keyring, opts Options) store.Store {
 	return s
 }
 
+// Unwrap returns the store it seals for (store.Unwrapper), so that
+// store.As finds the backend's optional interfaces that carry no content
+// (store.Erasure, store.Compactor) through the wrapper.
+func (s *Store) Unwrap() store.Store { return s.Store }
+
+// ShredTenant deletes the tenant's data keys from the store and from this
+// replica's cache (store.Shredder): what is left of its values anywhere —
+// an unrewritten AOF, an uncompacted table file, a backup — can no longer
+// be opened. Other replicas drop their cached copies within KeyCacheTTL.
+func (s *Store) ShredTenant(ctx context.Context, tenant string) error {
+	_, err := s.ring.keys.DeleteKeys(ctx, tenant)
+	s.ring.Forget(tenant)
+	if err != nil {
+		return fmt.Errorf("sealed: deleting the data keys of tenant %q: %w", tenant, err)
+	}
+	return nil
+}
+
 var (
+	_ store.Unwrapper  = (*Store)(nil)
+	_ store.Shredder   = (*Store)(nil)
 	_ store.AsyncSaver = (*Store)(nil)
 	_ store.Durability = (*Store)(nil)
 	_ store.HashKeyer  = (*Store)(nil)
