@@ -90,6 +90,12 @@ func TestEraseSubjectAndTenant(t *testing.T) {
 			turn("key-one", "th-gone-1", "subj-ZQX", big)
 			turn("key-one", "th-gone-2", "subj-ZQX", marker+" two")
 			turn("key-one", "th-keep", "subj-kept", "kept text")
+			// A fork of one of the subject's threads carries its subjects:
+			// erasing the subject erases the fork too.
+			if resp, out := do(t, "POST", p.URL+"/api/threads/th-gone-1/fork", `{"at_message":1,"thread":"fork-of-gone"}`,
+				"Authorization", "Bearer key-one"); resp.StatusCode != 201 {
+				t.Fatalf("fork: %d %s", resp.StatusCode, out)
+			}
 			turn("key-two", "th-two-1", "", marker+" tenant two")
 			turn("key-two", "th-two-2", "subj-two", marker+" tenant two again")
 
@@ -103,7 +109,7 @@ func TestEraseSubjectAndTenant(t *testing.T) {
 				t.Fatalf("erase subject: %d %s", resp.StatusCode, out)
 			}
 			got := gjson.ParseBytes(out)
-			if got.Get("threads").Int() != 2 || got.Get("runs").Int() != 3 || got.Get("messages").Int() < 4 ||
+			if got.Get("threads").Int() != 3 || got.Get("runs").Int() != 3 || got.Get("messages").Int() < 4 ||
 				got.Get("complete").Bool() || got.Get("busy").Raw != `["th-gone-busy"]` || got.Get("tombstone").String() == "" {
 				t.Fatalf("erase subject answered %s", out)
 			}

@@ -16,6 +16,11 @@ type Fork struct {
 	// found At on it, Run.End); "" for a fork at a message count. It is
 	// recorded, not checked.
 	Run string
+	// Subjects are recorded on the new thread and in its tenant's subject
+	// index, as a run's StartRun.Subject is (store.Erasure): the caller
+	// passes the parent's (ThreadSubjects), so that erasing a subject
+	// erases the forks of its threads too.
+	Subjects []string
 }
 
 // ForkPoint is where a thread was forked from; the zero value means the
@@ -62,6 +67,11 @@ func (f *Fork) Check() error {
 	}
 	if f.Run != "" {
 		if err := ValidID(f.Run); err != nil {
+			return err
+		}
+	}
+	for _, s := range f.Subjects {
+		if err := ValidSubject(s); err != nil {
 			return err
 		}
 	}

@@ -49,6 +49,11 @@ func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, err
 		if err != nil {
 			return err
 		}
+		for _, subject := range f.Subjects {
+			if err := addSubject(tx, tb, f.To, subject); err != nil {
+				return err
+			}
+		}
 		m := threadMeta{ForkParent: f.From.Thread, ForkAt: f.At, ForkRun: f.Run}
 		if err := writeTranscript(tx, tb, &m, stored, w, threadID(f.To), s.now()); err != nil {
 			return err

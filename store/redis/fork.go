@@ -13,13 +13,15 @@ import (
 // forkScript writes a new thread from nothing: KEYS the new thread's
 // meta; ARGV now, parent, at, run, then a transcript write's arguments
 // (transcriptArgs: keep, keep hash, hash blob, hassys, syssum, sys, conn,
-// fmt, model, digest), then the messages (large ones staged). Returns
+// fmt, model, digest), the number of subjects n and the n subjects (added
+// to the thread's subject set), then the messages (large ones staged). Returns
 // {'conflict'} (the thread exists, or a stage is missing) | {'ok'}.
 // Every key it writes is in the new thread's slot, so the thread appears
 // whole or not at all.
 var forkScript = redis.NewScript(luaBase + luaDropBlobs + luaTranscript + `
+local nsub = tonumber(ARGV[15])
 local msgs = {}
-for j = 15, #ARGV do msgs[#msgs + 1] = ARGV[j] end
+for j = 16 + nsub, #ARGV do msgs[#msgs + 1] = ARGV[j] end
 local function fork()
   if redis.call('EXISTS', meta) == 1 then return {'conflict'} end
   if not staged(msgs) then return {'conflict'} end
@@ -30,6 +32,7 @@ local function fork()
   set[#set + 1] = 'fat'; set[#set + 1] = ARGV[3]
   if ARGV[4] ~= '' then set[#set + 1] = 'frun'; set[#set + 1] = ARGV[4] end
   redis.call('HSET', meta, unpack(set))
+  if nsub > 0 then redis.call('SADD', p .. 'subj', unpack(ARGV, 16, 15 + nsub)) end
   return {'ok'}
 end
 local r = fork()
@@ -76,6 +79,13 @@ func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, err
 	z.Members = []redis.Z{{Score: float64(now), Member: f.To.Tenant + "/" + f.To.Thread}}
 	ip.ZAddArgs(ctx, s.allThreads(), z)
 	ip.SAdd(ctx, s.tenants(), f.To.Tenant)
+	// The tenant's subject index names the fork before it exists, as the
+	// audit index does (a crash leaves an entry an erasure finds nothing
+	// behind); the fork's own subject set is written by the script.
+	subIdx := make([]*redis.IntCmd, len(f.Subjects))
+	for i, subject := range f.Subjects {
+		subIdx[i] = ip.SAdd(ctx, s.subjectThreads(f.To.Tenant, subject), f.To.Thread)
+	}
 	if _, err := ip.Exec(ctx); err != nil {
 		return store.Thread{}, mapErr(err)
 	}
@@ -84,12 +94,29 @@ func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, err
 	sys := sendSystem(&t)
 	sys.blob = true // the script writes the blob: it has none to compare a sum with
 	args := append([]any{now, f.From.Thread, f.At, f.Run}, s.transcriptArgs(b, f.To, name, &t, sys)...)
+	args = append(args, len(f.Subjects))
+	for _, subject := range f.Subjects {
+		args = append(args, subject)
+	}
 	args = s.stage(b, f.To, name, t.Messages, args)
 	cmd := b.script(forkScript, []string{s.meta(f.To)}, args...)
 	if err := b.exec(s); err != nil {
 		return store.Thread{}, mapErr(err)
 	}
 	if str(result(cmd.Val())[0]) != "ok" {
+		// The thread that was there keeps only the subjects it had: take
+		// back the index entries this fork added.
+		rp := s.c.Pipeline()
+		for i, c := range subIdx {
+			if c.Val() == 1 {
+				rp.SRem(ctx, s.subjectThreads(f.To.Tenant, f.Subjects[i]), f.To.Thread)
+			}
+		}
+		if rp.Len() > 0 {
+			if _, err := rp.Exec(ctx); err != nil {
+				return store.Thread{}, mapErr(err)
+			}
+		}
 		return store.Thread{}, fmt.Errorf("thread %s: exists: %w", f.To, store.ErrConflict)
 	}
 	return store.Thread{Key: f.To, Connection: t.Connection, Format: t.Format, Model: t.Model,

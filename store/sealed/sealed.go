@@ -263,6 +263,21 @@ func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, erro
 	return th, nil
 }
 
+// ForkThread copies a thread's prefix into a new thread of the same tenant
+// (store.Forks). The backend copies the sealed values as they are — their
+// additional data binds the tenant and the field, not the thread — and
+// the new thread comes back opened, as LoadThread's does.
+func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, error) {
+	th, err := s.Store.ForkThread(ctx, f)
+	if err != nil {
+		return th, err
+	}
+	if err := s.opener(ctx, f.To.Tenant).thread(&th); err != nil {
+		return store.Thread{}, opened(err)
+	}
+	return th, nil
+}
+
 func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Transcript) error {
 	z, err := s.sealer(ctx, l.Key.Tenant)
 	if err != nil {

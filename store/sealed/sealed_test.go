@@ -59,6 +59,9 @@ type listed struct {
 	be storetest.KeyLister
 }
 
+// Unwrap lets store.As find the backend's optional interfaces (Erasure).
+func (l listed) Unwrap() store.Store { return l.Store }
+
 func (l listed) DebugKeys(ctx context.Context) ([]string, error) {
 	keys, err := l.be.DebugKeys(ctx)
 	var out []string

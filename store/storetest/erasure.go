@@ -3,6 +3,7 @@ package storetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -52,6 +53,7 @@ var erasureTests = []struct {
 	{"SubjectErasureLeavesNothing", testSubjectErasure},
 	{"Tombstones", testTombstones},
 	{"NamedLease", testNamedLease},
+	{"ForkSubjects", testForkSubjects},
 }
 
 func (h *harness) erasure() store.Erasure {
@@ -254,4 +256,51 @@ func testNamedLease(t *testing.T, h *harness) {
 	if got, err := e.Lease(h.ctx, "other", "b", time.Minute); err != nil || !got {
 		t.Fatalf("Lease(other, b) = %v, %v", got, err)
 	}
+}
+
+// testForkSubjects: a fork records the subjects it is given on the new
+// thread and in the tenant's subject index, so that erasing a subject
+// finds the forks of its threads; a fork refused because its target
+// exists leaves the target's subjects as they were; deleting the fork
+// drops its index entries.
+func testForkSubjects(t *testing.T, h *harness) {
+	e := h.erasure()
+	parent := store.Key{Tenant: "t", Thread: "p"}
+	other := store.Key{Tenant: "t", Thread: "o"}
+	fork := store.Key{Tenant: "t", Thread: "f"}
+	msgs, _ := Msgs(0, 2)
+	h.turnWith(parent, "p1", "alice", msgs)
+	h.turnWith(other, "o1", "bob", msgs)
+	if _, err := h.s.ForkThread(h.ctx, store.Fork{From: parent, To: fork, At: 1, Subjects: []string{"alice", "carol"}}); err != nil {
+		t.Fatalf("ForkThread: %v", err)
+	}
+	want := func(what string, got []string, err error, w ...string) {
+		t.Helper()
+		if err != nil || !slices.Equal(got, w) {
+			t.Fatalf("%s = %v, %v; want %v", what, got, err, w)
+		}
+	}
+	got, err := e.ThreadSubjects(h.ctx, fork)
+	want("ThreadSubjects(fork)", got, err, "alice", "carol")
+	got, err = e.SubjectThreads(h.ctx, "t", "alice")
+	want("SubjectThreads(alice)", got, err, "f", "p")
+	got, err = e.SubjectThreads(h.ctx, "t", "carol")
+	want("SubjectThreads(carol)", got, err, "f")
+
+	_, err = h.s.ForkThread(h.ctx, store.Fork{From: parent, To: other, At: 1, Subjects: []string{"alice", "dave"}})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("fork onto an existing thread: %v, want ErrConflict", err)
+	}
+	got, err = e.ThreadSubjects(h.ctx, other)
+	want("ThreadSubjects(other) after a refused fork", got, err, "bob")
+	got, err = e.SubjectThreads(h.ctx, "t", "alice")
+	want("SubjectThreads(alice) after a refused fork", got, err, "f", "p")
+	got, err = e.SubjectThreads(h.ctx, "t", "dave")
+	want("SubjectThreads(dave) after a refused fork", got, err)
+
+	if err := h.s.DeleteThread(h.ctx, fork); err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.SubjectThreads(h.ctx, "t", "carol")
+	want("SubjectThreads(carol) after the fork's delete", got, err)
 }

@@ -99,6 +99,15 @@ func Fork(ctx context.Context, st store.Store, from store.Key, r ForkRequest) (t
 	if to == from {
 		return store.Thread{}, apierr.New(apierr.ThreadExists, "A fork needs a new thread id."), nil
 	}
+	if e, ok := store.As[store.Erasure](st); ok {
+		// The fork carries the parent's subjects, so that erasing one of
+		// them erases the fork too.
+		subs, err := e.ThreadSubjects(ctx, from)
+		if err != nil {
+			return store.Thread{}, storeErr(), err
+		}
+		f.Subjects = subs
+	}
 	th, err := st.ForkThread(ctx, f)
 	switch {
 	case err == nil:
