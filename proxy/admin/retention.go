@@ -51,7 +51,7 @@ func Expiry(p config.Period, updated time.Time) time.Time {
 
 // Prune deletes (dry: lists) every indexed thread whose retention under
 // cfg ended before now. Threads that never saved a transcript are not in
-// the audit index and are not pruned (docs/auditors-erasure.md).
+// the audit index and are not pruned (docs/auditors.md).
 func (a *Audit) Prune(ctx context.Context, cfg *config.Config, now time.Time, dryRun bool) (Pruned, error) {
 	out := Pruned{DryRun: dryRun, Threads: []PrunedThread{}, Busy: []string{}}
 	if !cfg.RetentionOn() {

@@ -197,7 +197,7 @@ type namedLease struct {
 // that the values a delete removed are no longer in any table file: a
 // range deletion (DeleteThread) or a point deletion only hides them until
 // a compaction drops them. The memtable is flushed first, so the
-// write-ahead log that held them is released (see docs/auditors-erasure.md
+// write-ahead log that held them is released (see docs/auditors.md
 // for what the disk may still hold).
 func (s *Store) CompactDeleted(ctx context.Context) error {
 	s.closing.RLock()

@@ -52,7 +52,7 @@ func (fs *walFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, 
 // new one (the contract allows it). A recycled log keeps the old log's
 // bytes past what the new one has written, deleted values included, until
 // they are overwritten; an erasure must not leave them there
-// (docs/auditors-erasure.md).
+// (docs/auditors.md).
 func (fs *walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	if err := fs.FS.Remove(oldname); err != nil && !errors.Is(err, iofs.ErrNotExist) {
 		return nil, err
