@@ -15,10 +15,24 @@ const retentionLease = "retention"
 // errNoLease: the store cannot hold the pass's lease (no store.Erasure).
 var errNoLease = errors.New("proxy: the store keeps no leases; retention needs store.Erasure")
 
-// runRetention runs the retention pass every retention.interval, on the
-// replica that holds the store's retention lease, until ctx ends.
+// defaultRetentionFirstPass is how soon after start a replica first tries
+// the retention pass (or the interval, if shorter).
+const defaultRetentionFirstPass = time.Minute
+
+// runRetention tries the retention pass shortly after start and then every
+// retention.interval, until ctx ends; it runs on the replica that holds
+// the store's retention lease. The first try comes soon after start, not
+// an interval later: replicas restarted more often than the interval (a
+// deploy a day with a day's interval) would otherwise never reach a pass.
+// A new replica takes the lease once the holder's lapses, so the store
+// sees a pass about every interval, at most every one and a half.
 func (s *Server) runRetention(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Retention.Interval.D())
+	every := s.cfg.Retention.Interval.D()
+	first := s.retentionFirst
+	if first <= 0 {
+		first = defaultRetentionFirstPass
+	}
+	t := time.NewTimer(min(first, every))
 	defer t.Stop()
 	for {
 		select {
@@ -29,6 +43,7 @@ func (s *Server) runRetention(ctx context.Context) {
 		if _, _, err := s.RetentionPass(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("retention pass failed", "err", err)
 		}
+		t.Reset(every)
 	}
 }
 

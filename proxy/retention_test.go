@@ -174,3 +174,23 @@ func TestRetentionLeaseOneReplica(t *testing.T) {
 		t.Errorf("replica 2's skips are not counted:\n%s", metrics)
 	}
 }
+
+// TestRetentionFirstPassAfterStart: a replica tries the pass soon after it
+// starts (Options.RetentionFirstPass), not an interval later (1h here), so
+// replicas restarted more often than the interval still prune.
+func TestRetentionFirstPassAfterStart(t *testing.T) {
+	clock := storetest.NewClock()
+	clock.Advance(time.Since(clock.Now()) - 100*time.Hour)
+	st := retentionBackends[0].open(t, clock.Now)
+	k := store.Key{Tenant: "app", Thread: "old"}
+	seedAt(t, st, k, "a", false) // 48h default: expired
+	m := startMock(t)
+	p := startProxyOpts(t, m, retentionConfig, Options{Store: st, RetentionFirstPass: time.Millisecond})
+	waitFor(t, "the first retention pass", func() bool {
+		_, metrics := do(t, "GET", p.URL+"/metrics", "")
+		return strings.Contains(string(metrics), `chronicle_retention_passes_total{result="ok"} 1`)
+	})
+	if _, err := st.LoadThread(context.Background(), k); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("%s not pruned by the first pass: %v", k, err)
+	}
+}

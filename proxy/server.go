@@ -65,6 +65,10 @@ type Options struct {
 	// (telemetry.traces; see NewTracerProvider); nil means no spans at
 	// all, and no trace context is added upstream.
 	TracerProvider trace.TracerProvider
+	// RetentionFirstPass is how long after Serve starts the retention
+	// pass is first tried (then every retention.interval); 0 means
+	// defaultRetentionFirstPass (retention.go).
+	RetentionFirstPass time.Duration
 }
 
 // Server is a running chronicle proxy.
@@ -73,6 +77,8 @@ type Server struct {
 	log       *slog.Logger
 	store     store.Store
 	replicaID string
+	// retentionFirst: Options.RetentionFirstPass, defaulted.
+	retentionFirst time.Duration
 	// starters run the start of a turn off the connection's goroutine
 	// (beginOffStack; sched.Starters).
 	starters *sched.Starters[startCall, startDone]
@@ -197,17 +203,18 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{
-		cfg:          cfg,
-		log:          log,
-		metrics:      metrics.New(Version),
-		replicaID:    opts.ReplicaID,
-		storeTimeout: 5 * time.Second,
-		clients:      newClientTable(cfg.Clients),
-		gates:        opts.Gates,
-		rates:        opts.Rates,
-		conns:        make(map[string]*upstream, len(cfg.Connections)),
-		procs:        sched.NewProcBoost(opts.LargeRequestProcs),
-		tracing:      newTracing(opts.TracerProvider, cfg.Telemetry.Traces),
+		cfg:            cfg,
+		log:            log,
+		metrics:        metrics.New(Version),
+		replicaID:      opts.ReplicaID,
+		retentionFirst: opts.RetentionFirstPass,
+		storeTimeout:   5 * time.Second,
+		clients:        newClientTable(cfg.Clients),
+		gates:          opts.Gates,
+		rates:          opts.Rates,
+		conns:          make(map[string]*upstream, len(cfg.Connections)),
+		procs:          sched.NewProcBoost(opts.LargeRequestProcs),
+		tracing:        newTracing(opts.TracerProvider, cfg.Telemetry.Traces),
 	}
 	s.starters = sched.NewStarters(s.startTurn, maxIdleStarters)
 	if d := cfg.Store.OpTimeout.D(); d > 0 {
