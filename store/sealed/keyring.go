@@ -103,21 +103,30 @@ type Keyring struct {
 	mu    sync.RWMutex
 	cache map[string]cachedKey // tenant NUL id
 	now   func() time.Time
+	// refreshes counts the background reads of stale keys in flight.
+	refreshes sync.WaitGroup
 }
 
 // cachedKey is an unwrapped data key and when it was read from the store.
 type cachedKey struct {
-	dk   *dataKey
-	read time.Time
+	dk         *dataKey
+	read       time.Time
+	refreshing bool
 }
 
 // KeyCacheTTL is how long an unwrapped data key is used before the store is
-// asked again whether it still has it. A tenant's erasure deletes its keys
-// (ShredTenant) and drops them from this replica's cache at once; another
-// replica notices within this time, and until then may still write under
-// the deleted key, whose values then no reader can open: erase a tenant
-// once its traffic has stopped.
+// asked again, in the background, whether it still has it. A tenant's
+// erasure deletes its keys (ShredTenant) and drops them from this
+// replica's cache at once; another replica drops its copy once a refresh
+// after this time finds the key gone, and until then may still write under
+// it, values no reader can then open: erase a tenant once its traffic has
+// stopped. A turn never waits for a refresh, and a refresh that cannot
+// reach the store keeps the key (a store outage must not stop writes from
+// reaching the spool).
 const KeyCacheTTL = time.Minute
+
+// refreshTimeout bounds one background refresh of a cached key.
+const refreshTimeout = 10 * time.Second
 
 // DefaultCacheKeys bounds the unwrapped data keys a Keyring keeps.
 const DefaultCacheKeys = 10000
@@ -190,7 +199,10 @@ func (r *Keyring) get(ctx context.Context, tenant, id string, create bool) (*dat
 	r.mu.RLock()
 	c, ok := r.cache[ck]
 	r.mu.RUnlock()
-	if ok && now.Sub(c.read) < KeyCacheTTL {
+	if ok {
+		if now.Sub(c.read) >= KeyCacheTTL && !c.refreshing {
+			r.refresh(ck, tenant, id)
+		}
 		return c.dk, nil
 	}
 	w, err := r.keys.GetKey(ctx, tenant, id)
@@ -226,6 +238,47 @@ func (r *Keyring) get(ctx context.Context, tenant, id string, create bool) (*dat
 	r.cache[ck] = cachedKey{dk: dk, read: now}
 	r.mu.Unlock()
 	return dk, nil
+}
+
+// refresh reads a stale cached key again on a goroutine of its own: gone
+// from the store (a shred), it leaves the cache; found, it is cached anew
+// (under whatever the store holds now); unreadable (the store away, a KEK
+// no longer configured), the cached key stays for another KeyCacheTTL.
+func (r *Keyring) refresh(ck, tenant, id string) {
+	r.mu.Lock()
+	c, ok := r.cache[ck]
+	if !ok || c.refreshing {
+		r.mu.Unlock()
+		return
+	}
+	c.refreshing = true
+	r.cache[ck] = c
+	r.mu.Unlock()
+	r.refreshes.Add(1)
+	go func() {
+		defer r.refreshes.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+		w, err := r.keys.GetKey(ctx, tenant, id)
+		cancel()
+		dk := c.dk
+		if err == nil {
+			if raw, _, uerr := r.unwrap(tenant, id, w); uerr == nil {
+				if fresh, nerr := newDataKey(id, raw); nerr == nil {
+					dk = fresh
+				}
+			}
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if cur, ok := r.cache[ck]; !ok || cur.dk != c.dk {
+			return // forgotten or replaced meanwhile
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			delete(r.cache, ck)
+			return
+		}
+		r.cache[ck] = cachedKey{dk: dk, read: r.now()}
+	}()
 }
 
 // ErrNoKey: the data key a value names is not in the store.

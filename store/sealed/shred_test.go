@@ -16,9 +16,9 @@ import (
 // TestShredTenant: the erasure of a tenant finds the wrapper's ShredTenant
 // (and the backend's Erasure) through a sealed store over the spool; it
 // deletes the tenant's data keys and this replica's cached copies at once;
-// another replica, which cached them, asks the store again after
-// KeyCacheTTL and then makes a new key rather than writing on under the
-// deleted one. Another tenant's keys stay.
+// another replica, which cached them, asks the store again in the
+// background after KeyCacheTTL and then makes a new key rather than
+// writing on under the deleted one. Another tenant's keys stay.
 func TestShredTenant(t *testing.T) {
 	ctx := context.Background()
 	be, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, CacheBytes: 1 << 20})
@@ -81,11 +81,59 @@ func TestShredTenant(t *testing.T) {
 		t.Fatalf("the other replica within KeyCacheTTL: %p, %v; want its cached %p", cached, err, first)
 	}
 	now = now.Add(KeyCacheTTL)
+	stale, err := ring2.writeKey(ctx, "acme") // a turn does not wait for the refresh
+	if err != nil || stale != first {
+		t.Fatalf("the other replica at KeyCacheTTL: %p, %v; want its cached %p while it refreshes", stale, err, first)
+	}
+	ring2.refreshes.Wait()
 	fresh, err := ring2.writeKey(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fresh == first || bytes.Equal(fresh.siv, first.siv) {
 		t.Fatal("the other replica wrote on under the shredded key after KeyCacheTTL")
+	}
+}
+
+// unreachableKeys is a store.Keys whose reads fail as a store that cannot
+// be reached does.
+type unreachableKeys struct{ store.Keys }
+
+func (unreachableKeys) GetKey(context.Context, string, string) ([]byte, error) {
+	return nil, store.ErrUnavailable
+}
+
+// TestStaleKeyOutlivesOutage: a cached key past KeyCacheTTL whose refresh
+// cannot reach the store stays in use, so writes still get sealed and go
+// on to the spool while the store is away.
+func TestStaleKeyOutlivesOutage(t *testing.T) {
+	ctx := context.Background()
+	be, err := embedded.Open(t.TempDir(), embedded.Options{NoSync: true, CacheBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := NewKeyring(be, KEK{ID: "k1", Key: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	ring.now = func() time.Time { return now }
+	first, err := ring.writeKey(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring.keys = unreachableKeys{be}
+	for range 2 {
+		now = now.Add(KeyCacheTTL)
+		got, err := ring.writeKey(ctx, "acme")
+		if err != nil || got != first {
+			t.Fatalf("with the store away: %p, %v; want the cached %p", got, err, first)
+		}
+		ring.refreshes.Wait()
 	}
 }
