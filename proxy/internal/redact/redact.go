@@ -147,6 +147,11 @@ func (r *Rules) Message(msg []byte, c *Counts) []byte {
 	if r == nil {
 		return msg
 	}
+	return r.strings(r.pathsIn(msg, c), c)
+}
+
+// pathsIn applies the path rules to msg, relative to its root.
+func (r *Rules) pathsIn(msg []byte, c *Counts) []byte {
 	for i, p := range r.paths {
 		res := gjson.GetBytes(msg, p)
 		if !res.Exists() {
@@ -168,7 +173,33 @@ func (r *Rules) Message(msg []byte, c *Counts) []byte {
 			c.add(i, len(edits))
 		}
 	}
-	return r.strings(msg, c)
+	return msg
+}
+
+// pathsEverywhere applies the path rules relative to every object of doc,
+// at any depth: for a body that carries a message in another form than
+// the one stored (an answer's choices[].message, without the fields the
+// stored copy drops, or indented), so that a value a path names is never
+// kept in clear, at the price of masking a like-named member elsewhere.
+func (r *Rules) pathsEverywhere(doc []byte) []byte {
+	v := gjson.ParseBytes(doc)
+	if v.IsObject() {
+		doc = r.pathsIn(doc, nil)
+		v = gjson.ParseBytes(doc)
+	} else if !v.IsArray() {
+		return doc
+	}
+	var edits []edit
+	v.ForEach(func(_, x gjson.Result) bool {
+		if (x.IsObject() || x.IsArray()) && x.Index > 0 {
+			raw := doc[x.Index : x.Index+len(x.Raw)]
+			if y := r.pathsEverywhere(raw); !bytes.Equal(y, raw) {
+				edits = append(edits, edit{x.Index, x.Index + len(x.Raw), y})
+			}
+		}
+		return true
+	})
+	return splice(doc, edits)
 }
 
 // strings applies the patterns to every string value of the JSON doc.
@@ -183,6 +214,9 @@ func (r *Rules) strings(doc []byte, c *Counts) []byte {
 		case v.Type == gjson.String:
 			s, changed := v.Str, false
 			for i, re := range r.patterns {
+				if !re.MatchString(s) {
+					continue // ReplaceAll copies the string even when nothing matches
+				}
 				n := 0
 				s = re.ReplaceAllStringFunc(s, func(string) string { n++; return r.mask })
 				if n > 0 {
@@ -223,7 +257,9 @@ func (r *Rules) Text(s string) string {
 		return s
 	}
 	for _, re := range r.patterns {
-		s = re.ReplaceAllString(s, r.mask)
+		if re.MatchString(s) {
+			s = re.ReplaceAllString(s, r.mask)
+		}
 	}
 	return s
 }
@@ -237,13 +273,23 @@ func (r *Rules) Body(body []byte, orig, red [][]byte) []byte {
 	if r == nil || len(body) == 0 {
 		return body
 	}
+	missed := false
 	for i := range orig {
-		if i < len(red) && !bytes.Equal(orig[i], red[i]) && len(orig[i]) > 0 && bytes.Contains(body, orig[i]) {
-			body = bytes.ReplaceAll(body, orig[i], red[i])
+		if i < len(red) && !bytes.Equal(orig[i], red[i]) && len(orig[i]) > 0 {
+			if bytes.Contains(body, orig[i]) {
+				body = bytes.ReplaceAll(body, orig[i], red[i])
+			} else {
+				missed = true
+			}
 		}
 	}
 	if !jsonscan.Valid(body) {
 		return r.raw(body)
+	}
+	if missed && len(r.paths) > 0 {
+		// A masked message the body does not carry verbatim: the path
+		// rules go to every object of the body instead.
+		body = r.pathsEverywhere(body)
 	}
 	return r.strings(body, nil)
 }

@@ -104,3 +104,35 @@ func TestBodyAndEvent(t *testing.T) {
 		t.Fatalf("bad pattern: %v", err)
 	}
 }
+
+// TestBodyNotVerbatim: an answer that carries the stored reply in another
+// form (indented, with fields the stored copy drops, as providers send
+// them) still gets the path rules: applied to every object of the body.
+func TestBodyNotVerbatim(t *testing.T) {
+	r := rules(t, []string{"tool_calls.#.function.arguments"})
+	stored := []byte(`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"card\":\"4111\"}"}}]}`)
+	body := []byte(`{
+  "id": "chatcmpl-1",
+  "choices": [
+    {
+      "index": 0,
+      "message": {
+        "role": "assistant",
+        "content": null,
+        "refusal": null,
+        "tool_calls": [
+          {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"card\":\"4111\"}"}}
+        ]
+      },
+      "finish_reason": "tool_calls"
+    }
+  ]
+}`)
+	got := r.Body(body, [][]byte{stored}, [][]byte{r.Message(stored, nil)})
+	if strings.Contains(string(got), "4111") {
+		t.Fatalf("the path's value is kept in clear:\n%s", got)
+	}
+	if !strings.Contains(string(got), `"arguments": "[REDACTED]"`) || !strings.Contains(string(got), `"finish_reason": "tool_calls"`) {
+		t.Fatalf("body:\n%s", got)
+	}
+}
