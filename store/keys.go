@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // WrappedKey is one data key of a tenant as a Keys store holds it: sealed
 // under a key-encryption key the store never sees (store/sealed), so the
@@ -46,4 +49,24 @@ type Keys interface {
 // still hash equal and prefix matching works.
 type HashKeyer interface {
 	HashKey(ctx context.Context, tenant string) (func(Hash) Hash, error)
+}
+
+// CheckKeyID checks a data key's tenant (ValidTenant) and id (ValidID).
+func CheckKeyID(tenant, id string) error {
+	if err := ValidTenant(tenant); err != nil {
+		return err
+	}
+	return ValidID(id)
+}
+
+// CheckWrappedKey checks a data key to be stored: its tenant and id, and
+// that the wrapped form is not empty.
+func CheckWrappedKey(tenant, id string, wrapped []byte) error {
+	if err := CheckKeyID(tenant, id); err != nil {
+		return err
+	}
+	if len(wrapped) == 0 {
+		return fmt.Errorf("%w: empty wrapped key", ErrInvalid)
+	}
+	return nil
 }

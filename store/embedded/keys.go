@@ -18,21 +18,11 @@ var _ store.Keys = (*Store)(nil)
 
 func keyName(tenant, id string) []byte { return []byte(tenant + "\x00" + id) }
 
-func checkKey(tenant, id string) error {
-	if err := store.ValidTenant(tenant); err != nil {
-		return err
-	}
-	return store.ValidID(id)
-}
-
 // CreateKey stores wrapped unless the tenant has the id; it returns what
 // is stored.
 func (s *Store) CreateKey(ctx context.Context, tenant, id string, wrapped []byte) ([]byte, error) {
-	if err := checkKey(tenant, id); err != nil {
+	if err := store.CheckWrappedKey(tenant, id, wrapped); err != nil {
 		return nil, err
-	}
-	if len(wrapped) == 0 {
-		return nil, fmt.Errorf("%w: empty wrapped key", store.ErrInvalid)
 	}
 	var got []byte
 	err := s.update(func(tx *Tx) error {
@@ -52,7 +42,7 @@ func (s *Store) CreateKey(ctx context.Context, tenant, id string, wrapped []byte
 
 // GetKey returns the tenant's key id.
 func (s *Store) GetKey(ctx context.Context, tenant, id string) ([]byte, error) {
-	if err := checkKey(tenant, id); err != nil {
+	if err := store.CheckKeyID(tenant, id); err != nil {
 		return nil, err
 	}
 	var got []byte
@@ -92,11 +82,8 @@ func (s *Store) ListKeys(ctx context.Context, tenant string) ([]store.WrappedKey
 
 // ReplaceKey swaps the stored form of a key from old to wrapped.
 func (s *Store) ReplaceKey(ctx context.Context, tenant, id string, old, wrapped []byte) error {
-	if err := checkKey(tenant, id); err != nil {
+	if err := store.CheckWrappedKey(tenant, id, wrapped); err != nil {
 		return err
-	}
-	if len(wrapped) == 0 {
-		return fmt.Errorf("%w: empty wrapped key", store.ErrInvalid)
 	}
 	return s.update(func(tx *Tx) error {
 		b := tx.Bucket(bKeys)

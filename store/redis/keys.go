@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,9 +15,10 @@ import (
 // Tenants' wrapped data keys (store.Keys, for store/sealed): a hash
 // chr:t:{T}:keys per tenant (id → wrapped key, on the tenant's slot, beside
 // its other index keys) and the set chr:keytenants of the tenants that
-// have one. A key is created before its tenant is listed and a delete
-// lists the tenant again if a key was created meanwhile, so a tenant with
-// a key is always listed (a listed tenant may have none, briefly).
+// have one. A tenant is listed before its key is created (a create whose
+// listing failed would leave a key that keys rewrap never sees) and a
+// delete lists the tenant again if a key was created meanwhile, so a
+// tenant with a key is listed (a listed tenant may have none, briefly).
 
 var _ store.Keys = (*Store)(nil)
 
@@ -43,27 +45,17 @@ local n = redis.call('HLEN', KEYS[1])
 redis.call('DEL', KEYS[1])
 return n`)
 
-func checkKey(tenant, id string) error {
-	if err := store.ValidTenant(tenant); err != nil {
-		return err
-	}
-	return store.ValidID(id)
-}
-
 // CreateKey stores wrapped unless the tenant has the id; it returns what
 // is stored.
 func (s *Store) CreateKey(ctx context.Context, tenant, id string, wrapped []byte) ([]byte, error) {
-	if err := checkKey(tenant, id); err != nil {
+	if err := store.CheckWrappedKey(tenant, id, wrapped); err != nil {
 		return nil, err
 	}
-	if len(wrapped) == 0 {
-		return nil, fmt.Errorf("%w: empty wrapped key", store.ErrInvalid)
+	if err := s.c.SAdd(ctx, s.keyTenants(), tenant).Err(); err != nil {
+		return nil, mapErr(err)
 	}
 	got, err := createKeyScript.Run(ctx, s.c, []string{s.tenantKeys(tenant)}, id, wrapped).Text()
 	if err != nil {
-		return nil, mapErr(err)
-	}
-	if err := s.c.SAdd(ctx, s.keyTenants(), tenant).Err(); err != nil {
 		return nil, mapErr(err)
 	}
 	return []byte(got), nil
@@ -71,7 +63,7 @@ func (s *Store) CreateKey(ctx context.Context, tenant, id string, wrapped []byte
 
 // GetKey returns the tenant's key id.
 func (s *Store) GetKey(ctx context.Context, tenant, id string) ([]byte, error) {
-	if err := checkKey(tenant, id); err != nil {
+	if err := store.CheckKeyID(tenant, id); err != nil {
 		return nil, err
 	}
 	v, err := s.c.HGet(ctx, s.tenantKeys(tenant), id).Bytes()
@@ -103,26 +95,15 @@ func (s *Store) ListKeys(ctx context.Context, tenant string) ([]store.WrappedKey
 		for id, w := range m {
 			out = append(out, store.WrappedKey{Tenant: t, ID: id, Wrapped: []byte(w)})
 		}
-		slices.SortFunc(out[from:], func(a, b store.WrappedKey) int {
-			switch {
-			case a.ID < b.ID:
-				return -1
-			case a.ID > b.ID:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(out[from:], func(a, b store.WrappedKey) int { return strings.Compare(a.ID, b.ID) })
 	}
 	return out, nil
 }
 
 // ReplaceKey swaps the stored form of a key from old to wrapped.
 func (s *Store) ReplaceKey(ctx context.Context, tenant, id string, old, wrapped []byte) error {
-	if err := checkKey(tenant, id); err != nil {
+	if err := store.CheckWrappedKey(tenant, id, wrapped); err != nil {
 		return err
-	}
-	if len(wrapped) == 0 {
-		return fmt.Errorf("%w: empty wrapped key", store.ErrInvalid)
 	}
 	r, err := replaceKeyScript.Run(ctx, s.c, []string{s.tenantKeys(tenant)}, id, old, wrapped).Text()
 	switch {
