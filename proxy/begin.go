@@ -164,7 +164,16 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		// Encryption at rest: the tenant's message hashes are keyed.
 		var err error
 		if hashKey, err = s.hashKeys.HashKey(rctx, t.key.Tenant); err != nil {
-			return s.storeFailed(ctx, ex, err, body, empty || mode == modeAppend)
+			if errors.Is(err, store.ErrUnavailable) {
+				return s.storeFailed(ctx, ex, err, body, empty || mode == modeAppend)
+			}
+			// Not an outage that passes: retrying will not help, and
+			// on_store_error: pass would forward this tenant's every
+			// request unstored.
+			s.log.Error("the tenant's encryption keys do not open", "connection", ex.up.cfg.Name, "err", err)
+			apierr.Write(ctx, ad, apierr.New(apierr.InternalError,
+				"The conversation store cannot open this tenant's encryption keys, so the request was not sent upstream; the proxy's log says why."))
+			return nil, nil, false
 		}
 	}
 	sp := ex.storeSpan("start_run")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/tidwall/gjson"
 
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/chronicle-proxy/chronicle/store/redistest"
@@ -193,6 +195,54 @@ func TestEncryptionNothingInClear(t *testing.T) {
 			}
 			for k, v := range vals {
 				inClear(t, "key "+k, []byte(k+"\x00"+v), replies)
+			}
+		})
+	}
+}
+
+// failingHashKeys is a store whose tenants' hash keys fail with err.
+type failingHashKeys struct {
+	store.Store
+	err error
+}
+
+func (f failingHashKeys) HashKey(context.Context, string) (func(store.Hash) store.Hash, error) {
+	return nil, f.err
+}
+
+// TestHashKeyFailure: a tenant's keys that cannot be read because the
+// store is away is an outage (503 store_unavailable, or forwarded
+// unstored under on_store_error: pass); keys that are there but do not
+// open are a 500 internal_error under either setting, and the request
+// does not go upstream.
+func TestHashKeyFailure(t *testing.T) {
+	const cfg = `
+connections:
+  - {name: openai, provider: openai, base_url: "${MOCK}"}
+  - {name: passing, provider: openai, base_url: "${MOCK}", on_store_error: pass}
+`
+	for _, tc := range []struct {
+		name, conn string
+		err        error
+		status     int
+		code       string
+		upstream   bool
+	}{
+		{"store away", "openai", fmt.Errorf("redis: dial: %w", store.ErrUnavailable), 503, "store_unavailable", false},
+		{"store away, pass", "passing", fmt.Errorf("redis: dial: %w", store.ErrUnavailable), 200, "", true},
+		{"key does not open", "openai", errors.New("sealed: key d:1 of tenant t does not open"), 500, "internal_error", false},
+		{"key does not open, pass", "passing", errors.New("sealed: key d:1 of tenant t does not open"), 500, "internal_error", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMock(t)
+			p := startProxyOpts(t, m, cfg, Options{Store: failingHashKeys{openEmbedded(t, t.TempDir()), tc.err}})
+			resp, out := do(t, "POST", p.URL+"/"+tc.conn+"/v1/chat/completions",
+				`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, "Authorization", "Bearer k")
+			if resp.StatusCode != tc.status || gjson.GetBytes(out, "error.code").String() != tc.code {
+				t.Fatalf("answered %d %s; want %d %s", resp.StatusCode, out, tc.status, tc.code)
+			}
+			if got := len(m.Requests()) > 0; got != tc.upstream {
+				t.Fatalf("went upstream: %v, want %v", got, tc.upstream)
 			}
 		})
 	}

@@ -139,12 +139,13 @@ func (s *Store) sealer(ctx context.Context, tenant string) (sealer, error) {
 
 // sealFailed: without its key a write cannot be sealed. A store that cannot
 // be reached stays ErrUnavailable (the proxy's on_store_error, the spool);
-// anything else is the store refusing the write.
+// a key that is there but does not open (a KEK no longer configured, an
+// altered wrapped key) is not an outage, and is not reported as one.
 func sealFailed(err error) error {
 	if errors.Is(err, store.ErrUnavailable) {
 		return err
 	}
-	return fmt.Errorf("sealed: no data key to write with: %w (%w)", err, store.ErrUnavailable)
+	return fmt.Errorf("sealed: no data key to write with: %w", err)
 }
 
 func (z sealer) one(kind Kind, p []byte) []byte {
