@@ -45,13 +45,13 @@ func (t threadCacheMetrics) Bytes() int64 {
 // notStored: the turn could be neither stored nor spooled.
 //
 //go:noinline
-func (ex *exchange) observeGenAI(o *outcome, notStored bool) {
+func (ex *exchange) observeGenAI(o *outcome, took time.Duration, notStored bool) {
 	g := metrics.GenAI{
 		Connection: ex.up.cfg.Name,
 		Operation:  ex.genOp,
 		Provider:   genAIProvider(ex.up.cfg.Provider),
 		Model:      ex.op.Model,
-		Duration:   time.Since(ex.start),
+		Duration:   took,
 		ErrorType:  o.reason,
 	}
 	switch {

@@ -201,7 +201,7 @@ func (ex *exchange) respondWhole(ctx *fasthttp.RequestCtx, ok bool) {
 	}
 	o := &ex.final
 	*o = outcome{status: ex.resp.StatusCode()}
-	if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage() || ex.span != nil) {
+	if ok && ex.op.Kind == adapters.OpGenerate && (ex.turn != nil || ex.adm.wantsUsage() || ex.spanRecording()) {
 		ex.parseWhole(body)
 		o.response = body
 	} else if !ok {
@@ -291,12 +291,13 @@ func (ex *exchange) conclude(o *outcome) error {
 			route = "stream"
 		}
 	}
-	m.ObserveRequest(ex.up.cfg.Name, route, o.status, time.Since(ex.start))
+	took := time.Since(ex.start)
+	m.ObserveRequest(ex.up.cfg.Name, route, o.status, took)
 	if u := o.turn.Usage; u.Present {
 		m.ObserveTokens(ex.up.cfg.Name, ex.op.Model, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
 	}
 	if ex.op.Kind == adapters.OpGenerate {
-		ex.observeGenAI(o, err != nil)
+		ex.observeGenAI(o, took, err != nil)
 	}
 	usage := o.turn.Usage
 	if o.aborted && !usage.Present {

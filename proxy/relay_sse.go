@@ -252,7 +252,7 @@ func (r *sseRelay) close() {
 	ex := r.ex
 	r.rc.finish()
 	r.dog.Stop()
-	if ex.asm != nil && (ex.turn != nil || ex.adm.wantsUsage() || ex.span != nil) {
+	if ex.asm != nil && (ex.turn != nil || ex.adm.wantsUsage() || ex.spanRecording()) {
 		r.o.turn = ex.asm.Result()
 	}
 	r.o.errBody = r.errHead

@@ -149,13 +149,19 @@ func (s *Server) startSpan(ctx *fasthttp.RequestCtx, ex *exchange, rest []byte) 
 	if ex.op.Model != "" {
 		attrs = append(attrs, attrRequestModel.String(ex.op.Model))
 	}
-	if tr.content && ex.op.Kind == adapters.OpGenerate {
+	ex.traceCtx, ex.span = tr.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	// The messages' text only for a span that records: a sampled-out
+	// one would build it for nothing.
+	if tr.content && ex.op.Kind == adapters.OpGenerate && ex.span.IsRecording() {
 		if in := inputMessages(ex.ad, ctx.PostBody(), tr.contentMax); in != "" {
-			attrs = append(attrs, attrInputMessages.String(in))
+			ex.span.SetAttributes(attrInputMessages.String(in))
 		}
 	}
-	ex.traceCtx, ex.span = tr.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 }
+
+// spanRecording reports whether the exchange has a span that records
+// (not sampled out): only then is the answer read for the span's sake.
+func (ex *exchange) spanRecording() bool { return ex.span != nil && ex.span.IsRecording() }
 
 // endSpan ends the exchange's span with what the exchange came to: the
 // status, the run, the turn's usage and finish reason. Once; o may be nil
