@@ -122,7 +122,7 @@ func (a *Audit) erase(ctx context.Context, e store.Erasure, tenant string, threa
 	out.Busy = []string{}
 	for _, th := range threads {
 		k := store.Key{Tenant: tenant, Thread: th}
-		n, err := a.deleteCounted(ctx, k)
+		n, err := a.deleteCounted(ctx, k, time.Time{})
 		if errors.Is(err, ErrBusy) {
 			out.Busy = append(out.Busy, th)
 			continue
@@ -149,17 +149,28 @@ func (a *Audit) erase(ctx context.Context, e store.Erasure, tenant string, threa
 		}
 	}
 	out.Complete = len(out.Busy) == 0
+	var compactErr error
 	if out.Threads > 0 {
-		if c, ok := store.As[store.Compactor](a.st); ok {
-			if err := c.CompactDeleted(ctx); err != nil {
-				return out, fmt.Errorf("erased, but the store's compaction failed: %w", err)
-			}
-			out.Compacted = true
-		}
+		compactErr = a.compact(ctx)
+		out.Compacted = compactErr == nil
 	}
+	// The deletes are done: their tombstone is written whatever the
+	// compaction came to.
 	id, err := a.tombstone(ctx, e, by, ts, out)
 	out.Tombstone = id
+	if err == nil && compactErr != nil {
+		err = fmt.Errorf("erased, but the store's compaction failed: %w", compactErr)
+	}
 	return out, err
+}
+
+// compact has the store drop deleted values below the key level, where it
+// can (store.Compactor); nil when it has nothing to do.
+func (a *Audit) compact(ctx context.Context) error {
+	if c, ok := store.As[store.Compactor](a.st); ok {
+		return c.CompactDeleted(ctx)
+	}
+	return nil
 }
 
 func (a *Audit) tombstone(ctx context.Context, e store.Erasure, by Eraser, ts store.Tombstone, out Erased) (string, error) {
@@ -186,8 +197,10 @@ type counts struct {
 // deleteCounted deletes one thread, counting what it held first; a
 // thread with a run in flight is ErrBusy and stays. A thread the store no
 // longer has (an index entry left by a crash) is deleted all the same,
-// which drops the entry, and counts nothing.
-func (a *Audit) deleteCounted(ctx context.Context, k store.Key) (counts, error) {
+// which drops the entry, and counts nothing. With updatedBy set (the
+// retention pass), a thread updated after it is errUpdated and stays: a
+// turn came since the pass found it expired.
+func (a *Audit) deleteCounted(ctx context.Context, k store.Key, updatedBy time.Time) (counts, error) {
 	var n counts
 	rs, err := a.st.ListRuns(ctx, k)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -204,6 +217,9 @@ func (a *Audit) deleteCounted(ctx context.Context, k store.Key) (counts, error) 
 	th, err := a.st.LoadThread(ctx, k)
 	switch {
 	case err == nil:
+		if !updatedBy.IsZero() && th.UpdatedAt.After(updatedBy) {
+			return n, errUpdated
+		}
 		n.found = true
 		n.messages = len(th.Messages)
 	case !errors.Is(err, store.ErrNotFound):
@@ -211,6 +227,9 @@ func (a *Audit) deleteCounted(ctx context.Context, k store.Key) (counts, error) 
 	}
 	return n, a.st.DeleteThread(ctx, k)
 }
+
+// errUpdated: the thread changed since the retention pass listed it.
+var errUpdated = errors.New("admin: the thread was updated since it was found expired")
 
 // Tombstones lists the newest erasure records.
 func (a *Audit) Tombstones(ctx context.Context, limit int) ([]store.Tombstone, error) {

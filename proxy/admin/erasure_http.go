@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -59,6 +60,14 @@ func (h *Handler) eraseTenant(ctx *fasthttp.RequestCtx, a *Audit, tenant string)
 func (h *Handler) erased(ctx *fasthttp.RequestCtx, out Erased, err error) {
 	if errors.Is(err, ErrNoErasure) {
 		apierr.Write(ctx, h.shape, apierr.New(apierr.NotFound, "This store cannot erase by subject or tenant."))
+		return
+	}
+	if err != nil && out.Tombstone != "" {
+		// Cut short after deleting part of the scope: say how much went,
+		// and that calling again finishes it (erasures are idempotent).
+		h.log.Warn("erasure cut short", "scope", out.Scope, "threads", out.Threads, "tombstone", out.Tombstone, "err", err)
+		apierr.Write(ctx, h.shape, apierr.Retry(apierr.StoreUnavailable, 1, fmt.Sprintf(
+			"The erasure was cut short after removing %d threads (tombstone %s): call again to finish it.", out.Threads, out.Tombstone)))
 		return
 	}
 	if err != nil {

@@ -96,14 +96,19 @@ func (a *Audit) Prune(ctx context.Context, cfg *config.Config, now time.Time, dr
 		out.Threads = expired
 		return out, nil
 	}
+	var deleteErr error
 	for _, pt := range expired {
-		n, err := a.deleteCounted(ctx, store.Key{Tenant: pt.Tenant, Thread: pt.Thread})
+		n, err := a.deleteCounted(ctx, store.Key{Tenant: pt.Tenant, Thread: pt.Thread}, pt.UpdatedAt)
+		if errors.Is(err, errUpdated) {
+			continue // a turn came since: no longer expired
+		}
 		if errors.Is(err, ErrBusy) {
 			out.Busy = append(out.Busy, pt.Tenant+"/"+pt.Thread)
 			continue
 		}
 		if err != nil {
-			return out, err
+			deleteErr = err
+			break
 		}
 		out.Threads = append(out.Threads, pt)
 		out.Runs += n.runs
@@ -111,21 +116,33 @@ func (a *Audit) Prune(ctx context.Context, cfg *config.Config, now time.Time, dr
 		out.Messages += n.messages
 	}
 	if len(out.Threads) == 0 {
-		return out, nil
+		return out, deleteErr
 	}
-	if c, ok := store.As[store.Compactor](a.st); ok {
-		if err := c.CompactDeleted(ctx); err != nil {
-			return out, err
-		}
-		out.Compacted = true
+	// What was deleted gets its tombstone, also when the pass was cut
+	// short or the compaction failed.
+	var compactErr error
+	if deleteErr == nil {
+		compactErr = a.compact(ctx)
+		out.Compacted = compactErr == nil
 	}
 	if e, ok := store.As[store.Erasure](a.st); ok {
 		er := Erased{Threads: len(out.Threads), Runs: out.Runs, Events: out.Events, Messages: out.Messages, Busy: out.Busy}
-		id, err := a.tombstone(ctx, e, Eraser{Actor: "retention"}, store.Tombstone{Scope: "retention"}, er)
+		by := Eraser{Actor: "retention"}
+		tctx := ctx
+		if deleteErr != nil {
+			by.Reason = "interrupted before the end: the next pass goes on"
+			var cancel context.CancelFunc
+			tctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+		}
+		id, err := a.tombstone(tctx, e, by, store.Tombstone{Scope: "retention"}, er)
 		out.Tombstone = id
-		if err != nil {
+		if err != nil && deleteErr == nil {
 			return out, err
 		}
 	}
-	return out, nil
+	if deleteErr != nil {
+		return out, deleteErr
+	}
+	return out, compactErr
 }
