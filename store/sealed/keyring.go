@@ -101,11 +101,15 @@ type Keyring struct {
 	max     int
 
 	mu    sync.RWMutex
-	cache map[string]cachedKey // tenant NUL id
+	cache map[cacheKey]cachedKey
 	now   func() time.Time
 	// refreshes counts the background reads of stale keys in flight.
 	refreshes sync.WaitGroup
 }
+
+// cacheKey names a tenant's data key in the cache (a struct, so that a
+// lookup builds no string).
+type cacheKey struct{ tenant, id string }
 
 // cachedKey is an unwrapped data key and when it was read from the store.
 type cachedKey struct {
@@ -134,7 +138,7 @@ const DefaultCacheKeys = 10000
 // NewKeyring makes a keyring that wraps new data keys under current and
 // unwraps with current or any of previous. It checks every KEK.
 func NewKeyring(keys store.Keys, current KEK, previous ...KEK) (*Keyring, error) {
-	r := &Keyring{keys: keys, current: current, keks: map[string]cipher.AEAD{}, max: DefaultCacheKeys, cache: map[string]cachedKey{}, now: time.Now}
+	r := &Keyring{keys: keys, current: current, keks: map[string]cipher.AEAD{}, max: DefaultCacheKeys, cache: map[cacheKey]cachedKey{}, now: time.Now}
 	for _, k := range append([]KEK{current}, previous...) {
 		if err := CheckKEK(k); err != nil {
 			return nil, err
@@ -194,7 +198,7 @@ func (r *Keyring) unwrap(tenant, id string, w []byte) (raw []byte, kek string, e
 // get returns the tenant's data key id, from the cache or the store;
 // create makes it when the store has none.
 func (r *Keyring) get(ctx context.Context, tenant, id string, create bool) (*dataKey, error) {
-	ck := tenant + "\x00" + id
+	ck := cacheKey{tenant, id}
 	now := r.now()
 	r.mu.RLock()
 	c, ok := r.cache[ck]
@@ -244,7 +248,7 @@ func (r *Keyring) get(ctx context.Context, tenant, id string, create bool) (*dat
 // from the store (a shred), it leaves the cache; found, it is cached anew
 // (under whatever the store holds now); unreadable (the store away, a KEK
 // no longer configured), the cached key stays for another KeyCacheTTL.
-func (r *Keyring) refresh(ck, tenant, id string) {
+func (r *Keyring) refresh(ck cacheKey, tenant, id string) {
 	r.mu.Lock()
 	c, ok := r.cache[ck]
 	if !ok || c.refreshing {
@@ -299,7 +303,7 @@ func (r *Keyring) macKey(ctx context.Context, tenant string) (*dataKey, error) {
 func (r *Keyring) Forget(tenant string) {
 	r.mu.Lock()
 	for k := range r.cache {
-		if len(k) > len(tenant) && k[:len(tenant)] == tenant && k[len(tenant)] == 0 {
+		if k.tenant == tenant {
 			delete(r.cache, k)
 		}
 	}
