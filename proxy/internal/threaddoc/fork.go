@@ -117,6 +117,11 @@ func Fork(ctx context.Context, st store.Store, from store.Key, r ForkRequest) (t
 	case errors.Is(err, store.ErrConflict):
 		return store.Thread{}, apierr.New(apierr.ThreadExists, "The thread "+to.Thread+" exists already."), nil
 	case errors.Is(err, store.ErrInvalid):
+		if r.AtRun != "" {
+			// The run's end lies past the transcript: a later replace
+			// turn made the thread shorter.
+			return store.Thread{}, apierr.New(apierr.InvalidForkPoint, "The thread is shorter now than when run "+r.AtRun+" ended: fork at_message instead."), nil
+		}
 		return store.Thread{}, apierr.New(apierr.InvalidForkPoint, "at_message is past the thread's end."), nil
 	}
 	return store.Thread{}, storeErr(), err
