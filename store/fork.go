@@ -78,11 +78,19 @@ func (f *Fork) Check() error {
 	return nil
 }
 
-// ForkOf cuts a parent thread, as LoadThread returned it, to the fork f
-// describes: the new thread's transcript (Keep 0, the first f.At messages
-// and their hashes, the parent's system, connection, format and model).
-// ErrInvalid when the parent has fewer than f.At messages.
-func ForkOf(parent Thread, f *Fork) (Transcript, error) {
+// ForkSource checks f, reads the parent with load (the backend's
+// LoadThread) and cuts it to the fork: the new thread's transcript (Keep
+// 0, the first f.At messages and their hashes, the parent's system,
+// connection, format and model). ErrInvalid when the parent has fewer
+// than f.At messages; load's error when it has none.
+func ForkSource(ctx context.Context, f *Fork, load func(context.Context, Key) (Thread, error)) (Transcript, error) {
+	if err := f.Check(); err != nil {
+		return Transcript{}, err
+	}
+	parent, err := load(ctx, f.From)
+	if err != nil {
+		return Transcript{}, err
+	}
 	if f.At > len(parent.Messages) {
 		return Transcript{}, fmt.Errorf("%w: fork at %d of %d messages", ErrInvalid, f.At, len(parent.Messages))
 	}

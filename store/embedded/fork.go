@@ -14,14 +14,7 @@ import (
 // to one thread: deleting the parent must not take the fork's), so a
 // crash leaves the whole fork or nothing.
 func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, error) {
-	if err := f.Check(); err != nil {
-		return store.Thread{}, err
-	}
-	parent, err := s.LoadThread(ctx, f.From)
-	if err != nil {
-		return store.Thread{}, err
-	}
-	t, err := store.ForkOf(parent, &f)
+	t, err := store.ForkSource(ctx, &f, s.LoadThread)
 	if err != nil {
 		return store.Thread{}, err
 	}

@@ -61,14 +61,7 @@ func forkPoint(parent, at, run string) store.ForkPoint {
 // own (staged as a transcript write stages them), so deleting either
 // thread leaves the other whole.
 func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, error) {
-	if err := f.Check(); err != nil {
-		return store.Thread{}, err
-	}
-	parent, err := s.LoadThread(ctx, f.From)
-	if err != nil {
-		return store.Thread{}, err
-	}
-	t, err := store.ForkOf(parent, &f)
+	t, err := store.ForkSource(ctx, &f, s.LoadThread)
 	if err != nil {
 		return store.Thread{}, err
 	}
