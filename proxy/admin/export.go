@@ -115,7 +115,8 @@ func (a *Audit) Delete(ctx context.Context, k store.Key) (runs int, err error) {
 	if err := k.Validate(); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrBadFilter, err)
 	}
-	if _, err := a.st.LoadThread(ctx, k); err != nil {
+	th, err := a.st.LoadThread(ctx, k)
+	if err != nil {
 		return 0, err
 	}
 	rs, err := a.st.ListRuns(ctx, k)
@@ -132,7 +133,7 @@ func (a *Audit) Delete(ctx context.Context, k store.Key) (runs int, err error) {
 	}
 	// The audit trail keeps a tombstone (erasure.go), where the store can.
 	if e, ok := store.As[store.Erasure](a.st); ok {
-		out := Erased{Threads: 1, Runs: len(rs)}
+		out := Erased{Threads: 1, Runs: len(rs), Messages: len(th.Messages)}
 		for _, r := range rs {
 			out.Events += r.Events
 		}
