@@ -148,6 +148,21 @@ func (b *Bucket) Get(key []byte) []byte { return b.tx.get(b.leaf(key)) }
 // Put sets key to value.
 func (b *Bucket) Put(key, value []byte) error { return b.tx.set(b.leaf(key), value) }
 
+// putCached is Put that, in the committer, also keeps value for the hot
+// cache as if the transaction had read it: the run record a start makes
+// without reading it first (store.StartRun.FreshRunID) is what its
+// finish reads next.
+func (b *Bucket) putCached(key, value []byte) error {
+	k := b.leaf(key)
+	if b.tx.hot != nil {
+		if b.tx.fills == nil {
+			b.tx.fills = make(map[string]hotVal, 8)
+		}
+		b.tx.fills[string(k)] = hotVal{} // set (wrote) puts the value in
+	}
+	return b.tx.set(k, value)
+}
+
 // Delete removes key.
 func (b *Bucket) Delete(key []byte) error {
 	if b.tx.w == nil {
@@ -270,6 +285,7 @@ func (tx *Tx) getHot(key []byte) []byte {
 		hv, ok = tx.hot.get(key)
 	}
 	if !ok {
+		tx.hot.misses++
 		v, closer, err := tx.r.Get(key)
 		switch {
 		case errors.Is(err, pebble.ErrNotFound):

@@ -110,24 +110,12 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 	err := s.update(func(tx *Tx) error {
 		*res, refused, lost = store.Started{}, nil, ""
 		rid := []byte(k.Tenant + "\x00" + sr.RunID)
-		if th := tx.Bucket(bRunIDs).Get(rid); th != nil && string(th) != k.Thread {
-			refused = fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
-			return nil
-		}
-		if tb := threadBucket(tx, k); tb != nil {
-			r, err := getRun(tb, sr.RunID)
-			if err != nil {
+		// A fresh id (store.StartRun.FreshRunID) names no run: the two
+		// reads that would find one are skipped (each a seek of an absent
+		// key through the memtable and the tables' filters).
+		if !sr.FreshRunID {
+			if done, err := s.startedBefore(tx, sr, rid, res, &refused); done || err != nil {
 				return err
-			}
-			if r != nil {
-				if r.Fingerprint != sr.Fingerprint {
-					refused = fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
-					return nil
-				}
-				if res.Run, err = s.runView(tb, k, sr.RunID, r); err != nil {
-					return err
-				}
-				return s.withThread(tx, sr, res, nil)
 			}
 		}
 		tb, err := createThreadBucket(tx, k)
@@ -161,7 +149,11 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		m.LastStatus = store.Running
 		r := &runRec{N: m.Runs, Status: store.Running, Model: sr.Model, Started: now, LeaseOwner: sr.Owner,
 			LeaseToken: m.LeaseSeq, LeaseExp: exp, Fingerprint: sr.Fingerprint}
-		if err := putJSON(tb.Bucket(bRuns), []byte(sr.RunID), r); err != nil {
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if err := tb.Bucket(bRuns).putCached([]byte(sr.RunID), raw); err != nil {
 			return err
 		}
 		if err := putJSON(tb, kMeta, &m); err != nil {
@@ -206,6 +198,33 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		return nil, refused
 	}
 	return res, refused
+}
+
+// startedBefore answers a start whose run id is taken: by a run of
+// another thread or one reused with another request (refused), or by the
+// run itself, returned as it is (done).
+func (s *Store) startedBefore(tx *Tx, sr store.StartRun, rid []byte, res *store.Started, refused *error) (done bool, err error) {
+	k := sr.Key
+	if th := tx.Bucket(bRunIDs).Get(rid); th != nil && string(th) != k.Thread {
+		*refused = fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
+		return true, nil
+	}
+	tb := threadBucket(tx, k)
+	if tb == nil {
+		return false, nil
+	}
+	r, err := getRun(tb, sr.RunID)
+	if err != nil || r == nil {
+		return false, err
+	}
+	if r.Fingerprint != sr.Fingerprint {
+		*refused = fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
+		return true, nil
+	}
+	if res.Run, err = s.runView(tb, k, sr.RunID, r); err != nil {
+		return true, err
+	}
+	return true, s.withThread(tx, sr, res, nil)
 }
 
 // withThread reads the thread into res when the start asked for it, in the
