@@ -282,19 +282,20 @@ func (tx *Tx) set(key, value []byte) error {
 func (tx *Tx) getHot(key []byte) []byte {
 	hv, ok := tx.fills[string(key)]
 	if !ok {
-		hv, ok = tx.hot.get(key)
-	}
-	if !ok {
-		tx.hot.misses++
-		v, closer, err := tx.r.Get(key)
-		switch {
-		case errors.Is(err, pebble.ErrNotFound):
-		case err != nil:
-			tx.fail(err)
-			return nil
-		default:
-			hv = hotVal{v: append([]byte{}, v...), ok: true}
-			closer.Close()
+		// A value found in the cache is recorded as read too, so that
+		// a write of it keeps it cached (wrote) instead of dropping it.
+		if hv, ok = tx.hot.get(key); !ok {
+			tx.hot.misses++
+			v, closer, err := tx.r.Get(key)
+			switch {
+			case errors.Is(err, pebble.ErrNotFound):
+			case err != nil:
+				tx.fail(err)
+				return nil
+			default:
+				hv = hotVal{v: append([]byte{}, v...), ok: true}
+				closer.Close()
+			}
 		}
 		if tx.fills == nil {
 			tx.fills = make(map[string]hotVal, 8)
