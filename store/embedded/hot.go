@@ -26,9 +26,12 @@ type hotCache struct {
 }
 
 // hotVal is a cached value; ok is false for a key known to be absent.
+// dec, when not nil, is the value decoded (a *threadMeta or *runRec,
+// records.go), never changed once cached.
 type hotVal struct {
-	v  []byte
-	ok bool
+	v   []byte
+	ok  bool
+	dec any
 }
 
 const (

@@ -148,19 +148,21 @@ func (b *Bucket) Get(key []byte) []byte { return b.tx.get(b.leaf(key)) }
 // Put sets key to value.
 func (b *Bucket) Put(key, value []byte) error { return b.tx.set(b.leaf(key), value) }
 
-// putCached is Put that, in the committer, also keeps value for the hot
-// cache as if the transaction had read it: the run record a start makes
+// asRead has the committer treat key as read by this transaction
+// (recorded in its fills), so that the value it is about to write enters
+// the hot cache once the batch commits: the run record a start makes
 // without reading it first (store.StartRun.FreshRunID) is what its
 // finish reads next.
-func (b *Bucket) putCached(key, value []byte) error {
-	k := b.leaf(key)
-	if b.tx.hot != nil {
-		if b.tx.fills == nil {
-			b.tx.fills = make(map[string]hotVal, 8)
-		}
-		b.tx.fills[string(k)] = hotVal{} // set (wrote) puts the value in
+func (tx *Tx) asRead(key []byte) {
+	if tx.hot == nil {
+		return
 	}
-	return b.tx.set(k, value)
+	if tx.fills == nil {
+		tx.fills = make(map[string]hotVal, 8)
+	}
+	if _, ok := tx.fills[string(key)]; !ok {
+		tx.fills[string(key)] = hotVal{} // the write (wrote) puts the value in
+	}
 }
 
 // Delete removes key.
