@@ -304,6 +304,15 @@ type StartRun struct {
 	// (X-Chronicle-Subject, ValidSubject): the thread keeps it and the
 	// tenant's subject index names the thread (store.Erasure).
 	Subject string
+	// FreshRunID: the caller generated RunID just now from a random
+	// source (the proxy's own id, never a client's X-Run-Id), so no run
+	// can have it yet; a store may skip checking that the id is new (the
+	// embedded store skips two reads of absent keys). A start that may
+	// have been applied before (a retry after an unknown outcome, a
+	// journalled start replayed, a rebuild) must not set it: the check is
+	// what finds the run it made. Redis ignores it (its check is what
+	// makes a resend of the start script safe).
+	FreshRunID bool
 }
 
 // Digest names a transcript by its message hashes: equal digests mean

@@ -496,12 +496,6 @@ func createThreadBucket(tx *Tx, k store.Key) (*Bucket, error) {
 	return tb, nil
 }
 
-func loadMeta(tb *Bucket) (threadMeta, error) {
-	var m threadMeta
-	_, err := getJSON(tb, kMeta, &m)
-	return m, err
-}
-
 // LoadThread reads meta and messages in one read transaction.
 func (s *Store) LoadThread(ctx context.Context, k store.Key) (store.Thread, error) {
 	if err := k.Validate(); err != nil {
@@ -786,7 +780,7 @@ func (s *Store) SaveTranscript(ctx context.Context, l store.Lease, t store.Trans
 		if err := writeTranscript(tx, tb, &m, stored, w, threadID(l.Key), s.now()); err != nil {
 			return err
 		}
-		if err := putJSON(tb, kMeta, &m); err != nil {
+		if err := putMeta(tb, &m); err != nil {
 			return err
 		}
 		return touchIndex(tx, l.Key, &m)

@@ -51,7 +51,7 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 		if changed, refused, err = s.appendEvents(tb, l.RunID, r, first, events); err != nil || !changed {
 			return err
 		}
-		return putJSON(tb.Bucket(bRuns), []byte(l.RunID), r)
+		return putRun(tb, l.RunID, r)
 	})
 	if err == nil && refused == nil {
 		s.notify(runKey(l.Key, l.RunID))

@@ -51,7 +51,7 @@ func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, err
 		if err := writeTranscript(tx, tb, &m, stored, w, threadID(f.To), s.now()); err != nil {
 			return err
 		}
-		if err := putJSON(tb, kMeta, &m); err != nil {
+		if err := putMeta(tb, &m); err != nil {
 			return err
 		}
 		th = store.Thread{Key: f.To, Connection: m.Connection, Format: m.Format, Model: m.Model,

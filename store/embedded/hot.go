@@ -7,7 +7,9 @@ import "encoding/binary"
 // so that the next step on the same thread finds them in a map instead of
 // seeking pebble's memtable and tables: a turn's start and finish read the
 // same half-dozen keys. Only the committer goroutine touches it. A
-// transaction reads through it and records what it read (Tx.fills); its
+// transaction reads through it and records what it read, from pebble or
+// from the cache, with the meta and run records decoded (hotVal.dec,
+// records.go) (Tx.fills); its
 // writes update the values it read and drop any other key from the cache,
 // and a deleted range drops the whole thread it lies in; the fills enter
 // the cache only once the batch has committed, so a failed group leaves
@@ -22,12 +24,16 @@ import "encoding/binary"
 type hotCache struct {
 	cur, old map[string]map[string]hotVal
 	curBytes int
+	misses   int64 // reads that went to pebble (benchmarks report them)
 }
 
 // hotVal is a cached value; ok is false for a key known to be absent.
+// dec, when not nil, is the value decoded (a *threadMeta or *runRec,
+// records.go), never changed once cached.
 type hotVal struct {
-	v  []byte
-	ok bool
+	v   []byte
+	ok  bool
+	dec any
 }
 
 const (

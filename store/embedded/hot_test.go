@@ -40,6 +40,7 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		leases[i] = map[string]store.Lease{}
 	}
 	stored := map[string][]store.Hash{} // per thread, as the first store holds it
+	used := map[string]bool{}           // run ids started: the others are fresh
 	var succeeded [10]int               // per op, to show the steps did things
 	defer func() { t.Logf("steps that succeeded, per op: %v", succeeded) }()
 	for step := range 600 {
@@ -65,7 +66,7 @@ func TestHotCacheChangesNothing(t *testing.T) {
 			switch op {
 			case 0, 1, 2:
 				var st *store.Started
-				st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: ttl, LoadThread: true})
+				st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: ttl, LoadThread: true, FreshRunID: !used[run]})
 				if err == nil {
 					leases[i][th] = st.Lease
 					note = fmt.Sprintf("%v %d %v %v", st.Run.Status, len(st.Thread.Messages), st.Created, st.ThreadFound)
@@ -96,6 +97,9 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		}
 		if strings.HasSuffix(answers[0], "<nil>") {
 			succeeded[op]++
+		}
+		if op <= 2 {
+			used[run] = true
 		}
 		if finished {
 			stored[th] = append(append([]store.Hash{}, prev[:keep]...), hashes...)

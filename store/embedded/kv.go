@@ -148,6 +148,23 @@ func (b *Bucket) Get(key []byte) []byte { return b.tx.get(b.leaf(key)) }
 // Put sets key to value.
 func (b *Bucket) Put(key, value []byte) error { return b.tx.set(b.leaf(key), value) }
 
+// asRead has the committer treat key as read by this transaction
+// (recorded in its fills), so that the value it is about to write enters
+// the hot cache once the batch commits: the run record a start makes
+// without reading it first (store.StartRun.FreshRunID) is what its
+// finish reads next.
+func (tx *Tx) asRead(key []byte) {
+	if tx.hot == nil {
+		return
+	}
+	if tx.fills == nil {
+		tx.fills = make(map[string]hotVal, 8)
+	}
+	if _, ok := tx.fills[string(key)]; !ok {
+		tx.fills[string(key)] = hotVal{} // the write (wrote) puts the value in
+	}
+}
+
 // Delete removes key.
 func (b *Bucket) Delete(key []byte) error {
 	if b.tx.w == nil {
@@ -267,18 +284,20 @@ func (tx *Tx) set(key, value []byte) error {
 func (tx *Tx) getHot(key []byte) []byte {
 	hv, ok := tx.fills[string(key)]
 	if !ok {
-		hv, ok = tx.hot.get(key)
-	}
-	if !ok {
-		v, closer, err := tx.r.Get(key)
-		switch {
-		case errors.Is(err, pebble.ErrNotFound):
-		case err != nil:
-			tx.fail(err)
-			return nil
-		default:
-			hv = hotVal{v: append([]byte{}, v...), ok: true}
-			closer.Close()
+		// A value found in the cache is recorded as read too, so that
+		// a write of it keeps it cached (wrote) instead of dropping it.
+		if hv, ok = tx.hot.get(key); !ok {
+			tx.hot.misses++
+			v, closer, err := tx.r.Get(key)
+			switch {
+			case errors.Is(err, pebble.ErrNotFound):
+			case err != nil:
+				tx.fail(err)
+				return nil
+			default:
+				hv = hotVal{v: append([]byte{}, v...), ok: true}
+				closer.Close()
+			}
 		}
 		if tx.fills == nil {
 			tx.fills = make(map[string]hotVal, 8)

@@ -22,15 +22,6 @@ func runIn(tx *Tx, k store.Key, id string) (*Bucket, *runRec, error) {
 	return tb, r, err
 }
 
-func getRun(tb *Bucket, id string) (*runRec, error) {
-	var r runRec
-	ok, err := getJSON(tb.Bucket(bRuns), []byte(id), &r)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &r, nil
-}
-
 // interrupts returns the interrupts each run raised.
 func interrupts(tb *Bucket) (map[string][]store.Interrupt, error) {
 	out := map[string][]store.Interrupt{}
@@ -79,7 +70,7 @@ func (s *Store) markLost(tx *Tx, tb *Bucket, k store.Key, m *threadMeta, id stri
 	if err := s.expireEvents(tx, k, id, r, now); err != nil {
 		return false, err
 	}
-	return true, putJSON(tb.Bucket(bRuns), []byte(id), r)
+	return true, putRun(tb, id, r)
 }
 
 func (s *Store) expireEvents(tx *Tx, k store.Key, id string, r *runRec, now int64) error {
@@ -110,24 +101,12 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 	err := s.update(func(tx *Tx) error {
 		*res, refused, lost = store.Started{}, nil, ""
 		rid := []byte(k.Tenant + "\x00" + sr.RunID)
-		if th := tx.Bucket(bRunIDs).Get(rid); th != nil && string(th) != k.Thread {
-			refused = fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
-			return nil
-		}
-		if tb := threadBucket(tx, k); tb != nil {
-			r, err := getRun(tb, sr.RunID)
-			if err != nil {
+		// A fresh id (store.StartRun.FreshRunID) names no run: the two
+		// reads that would find one are skipped (each a seek of an absent
+		// key through the memtable and the tables' filters).
+		if !sr.FreshRunID {
+			if done, err := s.startedBefore(tx, sr, rid, res, &refused); done || err != nil {
 				return err
-			}
-			if r != nil {
-				if r.Fingerprint != sr.Fingerprint {
-					refused = fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
-					return nil
-				}
-				if res.Run, err = s.runView(tb, k, sr.RunID, r); err != nil {
-					return err
-				}
-				return s.withThread(tx, sr, res, nil)
 			}
 		}
 		tb, err := createThreadBucket(tx, k)
@@ -161,10 +140,10 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		m.LastStatus = store.Running
 		r := &runRec{N: m.Runs, Status: store.Running, Model: sr.Model, Started: now, LeaseOwner: sr.Owner,
 			LeaseToken: m.LeaseSeq, LeaseExp: exp, Fingerprint: sr.Fingerprint}
-		if err := putJSON(tb.Bucket(bRuns), []byte(sr.RunID), r); err != nil {
+		if err := putNewRun(tb, sr.RunID, r); err != nil {
 			return err
 		}
-		if err := putJSON(tb, kMeta, &m); err != nil {
+		if err := putMeta(tb, &m); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bRunIDs).Put(rid, []byte(k.Thread)); err != nil {
@@ -206,6 +185,34 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		return nil, refused
 	}
 	return res, refused
+}
+
+// startedBefore answers a start whose run id is taken: by a run of
+// another thread or one reused with another request (refused), or by the
+// run itself, returned as it is (done).
+func (s *Store) startedBefore(tx *Tx, sr store.StartRun, rid []byte, res *store.Started, refused *error) (done bool, err error) {
+	k := sr.Key
+	if th := tx.Bucket(bRunIDs).Get(rid); th != nil && string(th) != k.Thread {
+		*refused = fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
+		return true, nil
+	}
+	tb := threadBucket(tx, k)
+	if tb == nil {
+		return false, nil
+	}
+	r, err := getRun(tb, sr.RunID)
+	if err != nil || r == nil {
+		return false, err
+	}
+	if r.Fingerprint != sr.Fingerprint {
+		*refused = fmt.Errorf("run %s reused with another request: %w", sr.RunID, store.ErrConflict)
+		return true, nil
+	}
+	own(r) // the caller's, not the hot cache's
+	if res.Run, err = s.runView(tb, k, sr.RunID, r); err != nil {
+		return true, err
+	}
+	return true, s.withThread(tx, sr, res, nil)
 }
 
 // withThread reads the thread into res when the start asked for it, in the
@@ -272,12 +279,12 @@ func (s *Store) Renew(ctx context.Context, l store.Lease, p store.RunPatch) (sto
 		if !p.DetachedSince.IsZero() {
 			r.Detached = ms(p.DetachedSince)
 		}
-		if err := putJSON(tb, kMeta, &m); err != nil {
+		if err := putMeta(tb, &m); err != nil {
 			return err
 		}
 		res = store.Renewal{Lease: l, CancelRequested: r.Cancel}
 		res.Lease.Expires = fromMS(exp)
-		return putJSON(tb.Bucket(bRuns), []byte(l.RunID), r)
+		return putRun(tb, l.RunID, r)
 	})
 	if err != nil {
 		return store.Renewal{}, err
@@ -298,7 +305,7 @@ func (s *Store) Release(ctx context.Context, l store.Lease) error {
 			return err
 		}
 		m.LeaseRun, m.LeaseOwner, m.LeaseToken, m.LeaseExp = "", "", 0, 0
-		return putJSON(tb, kMeta, &m)
+		return putMeta(tb, &m)
 	})
 }
 
@@ -391,7 +398,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 		if err := s.expireEvents(tx, l.Key, l.RunID, r, now); err != nil {
 			return err
 		}
-		if err := putJSON(tb.Bucket(bRuns), []byte(l.RunID), r); err != nil {
+		if err := putRun(tb, l.RunID, r); err != nil {
 			return err
 		}
 		if resp != nil {
@@ -441,7 +448,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 		}
 		if prev != nil {
 			prev.ResumedBy = l.RunID
-			if err := putJSON(tb.Bucket(bRuns), []byte(f.Resumes), prev); err != nil {
+			if err := putRun(tb, f.Resumes, prev); err != nil {
 				return err
 			}
 		}
@@ -461,7 +468,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 		if err := tx.Bucket(bActive).Delete([]byte(runKey(l.Key, l.RunID))); err != nil {
 			return err
 		}
-		if err := putJSON(tb, kMeta, &m); err != nil {
+		if err := putMeta(tb, &m); err != nil {
 			return err
 		}
 		return touchIndex(tx, l.Key, &m)
@@ -616,7 +623,7 @@ func (s *Store) RequestCancel(ctx context.Context, k store.Key, id string) (stor
 			return err
 		}
 		r.Cancel = true
-		return putJSON(tb.Bucket(bRuns), []byte(id), r)
+		return putRun(tb, id, r)
 	})
 	if err != nil {
 		return store.Run{}, err
@@ -658,7 +665,7 @@ func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
 			if err != nil {
 				return err
 			}
-			if err := putJSON(tb, kMeta, &m); err != nil {
+			if err := putMeta(tb, &m); err != nil {
 				return err
 			}
 			if ok {

@@ -239,7 +239,9 @@ func (s *Store) StartOffline(ctx context.Context, r store.StartRun) (*store.Star
 	}
 	l := store.Lease{Key: r.Key, RunID: r.RunID, Owner: r.Owner, TTL: r.TTL, Expires: time.Now().Add(r.TTL)}
 	start := r
-	start.LoadThread, start.KnownDigest = false, ""
+	// A replayed start may be replayed again (a crash before the journal
+	// moved on): its run id is not fresh then, and the check finds it.
+	start.LoadThread, start.KnownDigest, start.FreshRunID = false, "", false
 	if err := s.spool(&entry{Op: opStart, Lease: l, Start: &start}, nil); err != nil {
 		return nil, err
 	}
@@ -463,7 +465,8 @@ func (s *Store) rebuild(ctx context.Context, l store.Lease, f *store.Finish, cau
 	g.Rebuild = nil
 	var stored []store.Hash
 	start := rb.Start
-	start.LoadThread, start.KnownDigest = true, ""
+	// The run may be there: the check must find it (not fresh).
+	start.LoadThread, start.KnownDigest, start.FreshRunID = true, "", false
 	st, err := s.Store.StartRun(ctx, start)
 	switch {
 	case err == nil && st.Created:
@@ -509,7 +512,9 @@ var errBusy = fmt.Errorf("%w: spool: the thread of a replayed start is busy", st
 // backend gave it. A start replayed twice finds its run and takes its
 // lease from the record.
 func (s *Store) applyStart(ctx context.Context, e *entry) error {
-	st, err := s.Store.StartRun(ctx, *e.Start)
+	start := *e.Start
+	start.FreshRunID = false // see StartOffline
+	st, err := s.Store.StartRun(ctx, start)
 	switch {
 	case errors.Is(err, store.ErrLeaseHeld):
 		return errBusy

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,7 @@ func RunTests(t *testing.T, newBackend Factory) {
 		{"TranscriptSuffixAndOverwrite", testSuffixOverwrite},
 		{"Transitions", testTransitions},
 		{"StartRunIdempotent", testStartIdempotent},
+		{"StartRunFresh", testStartFresh},
 		{"UpstreamBody", testUpstreamBody},
 		{"StartRunLoadsThread", testStartLoad},
 		{"RunningThreadListed", testRunningListed},
@@ -434,6 +436,58 @@ func testTransitions(t *testing.T, h *harness) {
 		_ = l4
 		wantErr(t, "resume a running run", h.s.Finish(h.ctx, l3, &store.Finish{Status: store.Completed, Resumes: "m"}), store.ErrIllegalTransition)
 	})
+}
+
+// testStartFresh: a start with StartRun.FreshRunID answers and stores
+// what the same start without it does, and its run id is then taken like
+// any other: a later start of it (without the flag) finds the run, or is
+// refused for another request or another thread.
+func testStartFresh(t *testing.T, h *harness) {
+	var started [2]*store.Started
+	msgs, hashes := Msgs(0, 3)
+	for _, fresh := range []bool{false, true} {
+		k := store.Key{Tenant: "t", Thread: fmt.Sprintf("fresh-%v", fresh)}
+		h.turn(k, "seed-"+k.Thread, msgs, hashes)
+	}
+	h.clock.Advance(time.Second)
+	for i, fresh := range []bool{false, true} {
+		k := store.Key{Tenant: "t", Thread: fmt.Sprintf("fresh-%v", fresh)}
+		sr := store.StartRun{Key: k, RunID: "run-" + k.Thread, Owner: "o", TTL: ttl, Fingerprint: "f1", Model: "m",
+			LoadThread: true, FreshRunID: fresh}
+		st, err := h.s.StartRun(h.ctx, sr)
+		if err != nil || !st.Created || st.Lease.Token == 0 || !st.ThreadFound || len(st.Thread.Messages) != 3 {
+			t.Fatalf("start (fresh %v): %+v %v", fresh, st, err)
+		}
+		started[i] = st
+		sr.FreshRunID = false
+		again, err := h.s.StartRun(h.ctx, sr)
+		if err != nil || again.Created || again.Run.Status != store.Running || again.Run.LeaseToken != st.Lease.Token {
+			t.Fatalf("start again (fresh %v): %+v %v", fresh, again, err)
+		}
+		other := sr
+		other.Fingerprint = "f2"
+		_, err = h.s.StartRun(h.ctx, other)
+		wantErr(t, "fresh id reused with another request", err, store.ErrConflict)
+		other = sr
+		other.Key.Thread = "elsewhere"
+		_, err = h.s.StartRun(h.ctx, other)
+		wantErr(t, "fresh id on another thread", err, store.ErrConflict)
+		if got, err := h.s.FindRun(h.ctx, k.Tenant, sr.RunID); err != nil || got != k {
+			t.Fatalf("FindRun: %v %v", got, err)
+		}
+		m, mh := Msg(3, "assistant")
+		h.finish(st.Lease, store.Finish{Status: store.Completed, Transcript: &store.Transcript{Keep: 3, KeepHash: hashes[2], Messages: [][]byte{m}, Hashes: []store.Hash{mh}}})
+		if r := h.run(k, sr.RunID); r.Status != store.Completed || r.End != 4 {
+			t.Fatalf("run after finish: %+v", r)
+		}
+	}
+	// The same answer but for the thread's name.
+	a, b := *started[0], *started[1]
+	b.Run.Key, b.Lease.Key, b.Thread.Key = a.Run.Key, a.Lease.Key, a.Thread.Key
+	b.Run.ID, b.Lease.RunID = a.Run.ID, a.Lease.RunID
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("fresh start answered\n%+v\nthe same start without the flag\n%+v", b, a)
+	}
 }
 
 func testStartIdempotent(t *testing.T, h *harness) {

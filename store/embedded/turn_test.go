@@ -1,0 +1,65 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/storetest"
+)
+
+// BenchmarkChatTurn is the committer's share of the bench's chat
+// workload: turns round-robin over 32 threads, each a start with the
+// thread (the digest the caller holds) and a finish that writes the
+// one-message request and its reply in replace mode, with usage. NoSync:
+// the CPU of the steps, not the log's write. gets/turn counts the reads
+// that missed the committer's hot cache (each a pebble Get: a memtable
+// skiplist seek and the tables' filters).
+func BenchmarkChatTurn(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const threads = 32
+	stored := make([][]store.Hash, threads)
+	keys := make([]store.Key, threads)
+	for i := range keys {
+		keys[i] = store.Key{Tenant: "bench", Thread: fmt.Sprintf("chat-%d", i)}
+	}
+	user, uh := storetest.Msg(0, "user")
+	turn := func(i int) {
+		t := i % threads
+		sr := store.StartRun{Key: keys[t], RunID: fmt.Sprintf("run-%08d", i), Owner: "replica", TTL: 30e9,
+			Fingerprint: "fingerprint", Model: "gpt-x", LoadThread: true, NoSystem: true, FreshRunID: true}
+		if stored[t] != nil {
+			sr.KnownDigest = store.Digest(stored[t])
+		}
+		st, err := s.StartRun(ctx, sr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reply, rh := storetest.Msg(i, "assistant")
+		tr := store.Diff(stored[t], [][]byte{user, reply}, []store.Hash{uh, rh})
+		tr.Connection, tr.Format, tr.Model = "openai", "openai", "gpt-x"
+		if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr,
+			Usage: &store.Usage{InputTokens: 10, OutputTokens: 20}, Model: "gpt-x", AnswerStatus: 200}); err != nil {
+			b.Fatal(err)
+		}
+		stored[t] = []store.Hash{uh, rh}
+	}
+	for i := range 4 * threads {
+		turn(i)
+	}
+	b.ReportAllocs()
+	misses := s.hot.misses
+	b.ResetTimer()
+	n := 0
+	for i := 4 * threads; b.Loop(); i++ {
+		turn(i)
+		n++
+	}
+	b.ReportMetric(float64(s.hot.misses-misses)/float64(n), "gets/turn")
+}
