@@ -313,24 +313,29 @@ local function start()
     end
     return thread({'exists', r, redis.call('HGETALL', p .. 'intr')}, load, known)
   end
+  -- A field the meta hash does not have costs a scan of it whole, so
+  -- the lease's other fields are read only when it has one (l_run), and
+  -- the legacy 'sys' only for a load that wants the system blob.
   local m
-  if load ~= '0' then
-    m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns',
-      'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys', 'dg')
+  if load == '1' then
+    m = redis.call('HMGET', meta, 'l_run', 'last', 'l_seq', 'nruns', 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'dg', 'sys')
+  elseif load == '2' then
+    m = redis.call('HMGET', meta, 'l_run', 'last', 'l_seq', 'nruns', 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'dg')
   else
-    m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns')
+    m = redis.call('HMGET', meta, 'l_run', 'last', 'l_seq', 'nruns')
   end
   local lostrun = ''
   if m[1] then
-    if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
+    local l = redis.call('HMGET', meta, 'l_tok', 'l_exp', 'l_own')
+    if tonumber(l[2]) > now then return {'held', m[1], l[1], l[2], l[3] or ''} end
     if lost(m[1], now, ret) then
       lostrun = m[1]
-      m[5] = redis.call('HGET', meta, 'last')
+      m[2] = redis.call('HGET', meta, 'last')
     end
   end
-  local prevlast = m[5] or ''
-  local tok = string.format('%d', tonumber(m[6] or '0') + 1)
-  local n = string.format('%d', tonumber(m[7] or '0') + 1)
+  local prevlast = m[2] or ''
+  local tok = string.format('%d', tonumber(m[3] or '0') + 1)
+  local n = string.format('%d', tonumber(m[4] or '0') + 1)
   redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', ARGV[2], 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
   -- A run's fields that scripts read stay fields of their own; the rest
   -- is one packed field (record.go).
@@ -338,7 +343,7 @@ local function start()
   redis.call('ZADD', p .. 'runs', n, run)
   -- Starting a run changes none of the thread's own fields.
   if load == '0' then return {'ok', tok, lostrun, prevlast} end
-  return thread({'ok', tok, lostrun, prevlast}, load, known, {m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]})
+  return thread({'ok', tok, lostrun, prevlast}, load, known, {m[5], m[6], m[7], m[8], m[9], m[10], m[12] or false, m[11]})
 end
 if not KEYS[2] then return start() end
 local run, thr = ARGV[1], ARGV[10]
