@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"time"
 )
 
@@ -158,6 +159,13 @@ type Transcript struct {
 	// KnownDigest compares digests without reading the hashes; it must be
 	// right, or empty.
 	Digest string
+	// BaseDigest, when set, is the Digest of the stored transcript the
+	// write was computed against (Diff's stored), and BaseLen its message
+	// count. A store that kept the stored transcript's digest may, when it
+	// matches, take the count and the kept prefix from them instead of
+	// reading the stored hashes; they must be right, or BaseDigest empty.
+	BaseDigest string
+	BaseLen    int
 }
 
 // Diff returns the write that turns a thread whose messages hash to stored
@@ -166,10 +174,30 @@ type Transcript struct {
 // diverging tail is overwritten.
 func Diff(stored []Hash, next [][]byte, nextHashes []Hash) Transcript {
 	keep := CommonPrefix(stored, nextHashes)
-	t := Transcript{Keep: keep, Messages: next[keep:], Hashes: nextHashes[keep:], Digest: Digest(nextHashes)}
+	t := Transcript{Keep: keep, Messages: next[keep:], Hashes: nextHashes[keep:], BaseLen: len(stored)}
 	if keep > 0 {
 		t.KeepHash = stored[keep-1]
 	}
+	// Both digests hash the common prefix once.
+	h := sha1.New()
+	for i := range keep {
+		h.Write(stored[i][:])
+	}
+	var sum [sha1.Size]byte
+	if keep == len(stored) && keep == len(nextHashes) {
+		t.Digest = hex.EncodeToString(h.Sum(sum[:0]))
+		t.BaseDigest = t.Digest
+		return t
+	}
+	base, _ := h.(hash.Cloner).Clone()
+	for i := keep; i < len(stored); i++ {
+		base.Write(stored[i][:])
+	}
+	for i := keep; i < len(nextHashes); i++ {
+		h.Write(nextHashes[i][:])
+	}
+	t.BaseDigest = hex.EncodeToString(base.Sum(sum[:0]))
+	t.Digest = hex.EncodeToString(h.Sum(sum[:0]))
 	return t
 }
 

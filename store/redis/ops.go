@@ -326,6 +326,7 @@ func (s *Store) saveBatch(ctx context.Context, l store.Lease, t *store.Transcrip
 	now := s.now()
 	b := s.batch(ctx)
 	args := append([]any{l.RunID, l.Token, now}, s.transcriptArgs(b, l.Key, l.RunID, t, sys)...)
+	args = append(args, t.BaseDigest, t.BaseLen)
 	args = s.stage(b, l.Key, l.RunID, t.Messages, args)
 	cmd := b.script(saveScript, []string{s.meta(l.Key)}, args...)
 	s.queueIndex(ctx, b.pipe, l.Key, now, true)
@@ -633,8 +634,9 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 	if f.Transcript != nil {
 		args = append(args, "1")
 		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, f.Transcript, sys)...)
+		args = append(args, f.Transcript.BaseDigest, f.Transcript.BaseLen)
 	} else {
-		args = append(args, "0", 0, "", "", "0", "", "", "", "", "", "")
+		args = append(args, "0", 0, "", "", "0", "", "", "", "", "", "", "", 0)
 	}
 	args = append(args, len(f.Interrupts))
 	for _, in := range f.Interrupts {

@@ -66,20 +66,38 @@ const luaTranscript = `
 -- metaof reads, in one HMGET, the meta fields that a transcript write
 -- and a finish decide on, as an array (a table of named fields would cost
 -- each call its hash part): 1 l_run, 2 l_tok, 3 syssum, 4 created,
--- 5 updated, 6 nruns, 7 v, 8 the legacy 'sys' field. They write what
--- they change with one HSET at the end (the accumulated 'set'), so none
--- is read twice.
+-- 5 updated, 6 nruns, 7 v, 8 the legacy 'sys' field, 9 dg. They write
+-- what they change with one HSET at the end (the accumulated 'set'), so
+-- none is read twice. (A field the hash does not have costs a scan of
+-- it whole, so fields needed only now and then are read when needed:
+-- 'nblob' by dropblobs; and the usage sums go by HINCRBY, cheaper than
+-- reading them here and adding in Lua.)
 local function metaof()
-  return redis.call('HMGET', meta, 'l_run', 'l_tok', 'syssum', 'created', 'updated', 'nruns', 'v', 'sys')
+  return redis.call('HMGET', meta, 'l_run', 'l_tok', 'syssum', 'created', 'updated', 'nruns', 'v', 'sys', 'dg')
 end
 -- checktr returns the stored message count when a write that keeps the
 -- first keep messages (the last of which hashes to keephash) fits the
--- stored transcript, false when it does not.
-local function checktr(keep, keephash)
+-- stored transcript, false when it does not; and whether the stored
+-- transcript is known to be the one the write was computed against.
+--
+-- base is the Digest of that one (store.Transcript.BaseDigest) and basen
+-- its message count, or ''. When the meta field 'dg' names the thread's
+-- version and base, the stored hashes are exactly the writer's (dg is
+-- kept only by writers that know the digest, and goes stale when any
+-- other write moves v on): the count is basen and the kept prefix is the
+-- writer's, so neither the list's length nor the hash blob is read.
+-- Otherwise (no base, a stale or missing dg: an older chronicle wrote
+-- last, or the writer's view is out of date) both are read and checked.
+local function checktr(mt, keep, keephash, base, basen)
+  if base ~= '' and mt[9] and mt[9] == mt[7] .. ':' .. base then
+    local n = tonumber(basen)
+    if keep > n then return false end
+    return n, true
+  end
   local n = redis.call('LLEN', p .. 'msgs')
   if keep > n then return false end
   if keep > 0 and redis.call('GETRANGE', p .. 'hashes', (keep - 1) * 16, keep * 16 - 1) ~= keephash then return false end
-  return n
+  return n, false
 end
 -- A large message is not a script argument: a transcript write passes
 -- '\0' .. name for it, and the message waits in the key p .. 'stage:' ..
@@ -129,15 +147,36 @@ end
 -- it without reading the blob; it holds only while v is the version it
 -- names (a writer that does not know it, or an older chronicle's, moves v
 -- on and leaves it stale).
-local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, model, msgs, now, dg, set)
+--
+-- known (checktr's second result) says the stored hashes are the ones
+-- base names: the write then repeats them exactly when dg is base, and
+-- nothing of the blob is read. (The fork passes neither.)
+local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, model, msgs, now, dg, set, known, base)
   local mk, hk = p .. 'msgs', p .. 'hashes'
   local oldsys = mt[8]
   local syssame = not oldsys and ((hassys == '0' and not mt[3]) or (hassys ~= '0' and mt[3] == syssum))
-  local same = syssame and mt[4] and n == keep + #msgs and redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
+  local same = syssame and mt[4] and n == keep + #msgs
+  if same then
+    if known then
+      same = dg ~= '' and dg == base
+    else
+      same = redis.call('GETRANGE', hk, keep * 16, -1) == hashblob
+    end
+  end
   if not same then
+    -- A write that replaces the stored tail with at least as many
+    -- messages (a replace turn's new answer) overwrites it in place:
+    -- LSET and SETRANGE instead of cutting list and blob and appending.
+    local over = 0
     if keep < n then
       dropblobs(keep)
-      if keep == 0 then redis.call('DEL', mk) else redis.call('LTRIM', mk, 0, keep - 1) end
+      if keep + #msgs >= n and n - keep <= 8 then
+        over = n - keep
+      elseif keep == 0 then
+        redis.call('DEL', mk)
+      else
+        redis.call('LTRIM', mk, 0, keep - 1)
+      end
     end
     for i, m in ipairs(msgs) do
       if string.byte(m, 1) == 0 then
@@ -148,16 +187,19 @@ local function writetr(mt, n, keep, hashblob, hassys, syssum, sys, conn, fmt, mo
         msgs[i] = '\0' .. id
       end
     end
-    if keep == 0 then
+    -- (the blob holds 16 bytes per listed message)
+    if over > 0 then
+      for i = 1, over do redis.call('LSET', mk, keep + i - 1, msgs[i]) end
+      redis.call('SETRANGE', hk, keep * 16, hashblob)
+    elseif keep == 0 then
       redis.call('DEL', hk)
     elseif keep < n then
-      -- (the blob holds 16 bytes per listed message)
       redis.call('SET', hk, redis.call('GETRANGE', hk, 0, keep * 16 - 1))
     end
-    for i = 1, #msgs, 1000 do
+    for i = over + 1, #msgs, 1000 do
       redis.call('RPUSH', mk, unpack(msgs, i, math.min(i + 999, #msgs)))
     end
-    if #msgs > 0 then redis.call('APPEND', hk, hashblob) end
+    if #msgs > 0 and over == 0 then redis.call('APPEND', hk, hashblob) end
     if not syssame then
       if hassys == '0' then
         redis.call('DEL', p .. 'sys')
@@ -271,24 +313,29 @@ local function start()
     end
     return thread({'exists', r, redis.call('HGETALL', p .. 'intr')}, load, known)
   end
+  -- A field the meta hash does not have costs a scan of it whole, so
+  -- the lease's other fields are read only when it has one (l_run), and
+  -- the legacy 'sys' only for a load that wants the system blob.
   local m
-  if load ~= '0' then
-    m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns',
-      'created', 'updated', 'v', 'conn', 'fmt', 'model', 'sys', 'dg')
+  if load == '1' then
+    m = redis.call('HMGET', meta, 'l_run', 'last', 'l_seq', 'nruns', 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'dg', 'sys')
+  elseif load == '2' then
+    m = redis.call('HMGET', meta, 'l_run', 'last', 'l_seq', 'nruns', 'created', 'updated', 'v', 'conn', 'fmt', 'model', 'dg')
   else
-    m = redis.call('HMGET', meta, 'l_run', 'l_tok', 'l_exp', 'l_own', 'last', 'l_seq', 'nruns')
+    m = redis.call('HMGET', meta, 'l_run', 'last', 'l_seq', 'nruns')
   end
   local lostrun = ''
   if m[1] then
-    if tonumber(m[3]) > now then return {'held', m[1], m[2], m[3], m[4] or ''} end
+    local l = redis.call('HMGET', meta, 'l_tok', 'l_exp', 'l_own')
+    if tonumber(l[2]) > now then return {'held', m[1], l[1], l[2], l[3] or ''} end
     if lost(m[1], now, ret) then
       lostrun = m[1]
-      m[5] = redis.call('HGET', meta, 'last')
+      m[2] = redis.call('HGET', meta, 'last')
     end
   end
-  local prevlast = m[5] or ''
-  local tok = string.format('%d', tonumber(m[6] or '0') + 1)
-  local n = string.format('%d', tonumber(m[7] or '0') + 1)
+  local prevlast = m[2] or ''
+  local tok = string.format('%d', tonumber(m[3] or '0') + 1)
+  local n = string.format('%d', tonumber(m[4] or '0') + 1)
   redis.call('HSET', meta, 'l_run', run, 'l_tok', tok, 'l_own', ARGV[2], 'l_exp', exp, 'last', 'running', 'l_seq', tok, 'nruns', n)
   -- A run's fields that scripts read stay fields of their own; the rest
   -- is one packed field (record.go).
@@ -296,7 +343,7 @@ local function start()
   redis.call('ZADD', p .. 'runs', n, run)
   -- Starting a run changes none of the thread's own fields.
   if load == '0' then return {'ok', tok, lostrun, prevlast} end
-  return thread({'ok', tok, lostrun, prevlast}, load, known, {m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]})
+  return thread({'ok', tok, lostrun, prevlast}, load, known, {m[5], m[6], m[7], m[8], m[9], m[10], m[12] or false, m[11]})
 end
 if not KEYS[2] then return start() end
 local run, thr = ARGV[1], ARGV[10]
@@ -357,21 +404,22 @@ return 1
 `)
 
 // saveScript: ARGV run, tok, now, keep, keephash, hashblob, hassys,
-// syssum, sys, conn, fmt, model, digest, msgs… Returns {'fenced'} |
+// syssum, sys, conn, fmt, model, digest, base digest, base count, msgs…
+// Returns {'fenced'} |
 // {'conflict'} | {'needsys'} | {'ok', updated}.
 var saveScript = redis.NewScript(luaBase + luaDropBlobs + luaTranscript + `
 local keep = tonumber(ARGV[4])
 local msgs = {}
-for j = 14, #ARGV do msgs[#msgs + 1] = ARGV[j] end
+for j = 16, #ARGV do msgs[#msgs + 1] = ARGV[j] end
 local function save()
   local mt = metaof()
   if mt[1] ~= ARGV[1] or mt[2] ~= ARGV[2] then return {'fenced'} end
-  local n = checktr(keep, ARGV[5])
+  local n, known = checktr(mt, keep, ARGV[5], ARGV[14], ARGV[15])
   if not n or not staged(msgs) then return {'conflict'} end
   local sr = sysready(mt, ARGV[7], ARGV[8], ARGV[9])
   if sr then return {sr} end
   local set = {}
-  local updated = writetr(mt, n, keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], msgs, ARGV[3], ARGV[13], set)
+  local updated = writetr(mt, n, keep, ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], msgs, ARGV[3], ARGV[13], set, known, ARGV[14])
   if #set > 0 then redis.call('HSET', meta, unpack(set)) end
   return {'ok', updated}
 end
@@ -423,14 +471,15 @@ var finishScript = redis.NewScript(luaBase + luaEndlog + luaDropBlobs + luaTrans
 -- model, o+11 partial flag and value, response flag and value, upstream
 -- flag and value, o+17 resumes, retention, o+19 transcript flag, keep,
 -- keep hash, hash blob, hassys, syssum, sys, conn, fmt, model, digest,
--- o+30 the interrupts' count and pairs, the resolved ones' count and ids,
+-- o+30 base digest, base count (see checktr),
+-- o+32 the interrupts' count and pairs, the resolved ones' count and ids,
 -- the cancelled ones' count and ids, then the messages. finish keeps
 -- everything in locals of its own (a closure's upvalues cost each call a
 -- lookup apiece) and returns its reply, the messages and whether it
 -- created the thread.
 local function finish(o)
   local run, tok, now, status, rec = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
-  local i = o + 30
+  local i = o + 32
   local intr, res, can, msgs = {}, {}, {}, {}
   for j = 1, tonumber(ARGV[i]) do intr[j] = {ARGV[i + 2 * j - 1], ARGV[i + 2 * j]} end
   i = i + 1 + 2 * #intr
@@ -458,6 +507,7 @@ local function finish(o)
       return {'illegal', st[1]}, msgs
     end
   end
+  -- (11-14: the thread's usage sums, which the final HSET moves on)
   local mt = metaof()
   if not revived and (mt[1] ~= run or mt[2] ~= tok) then return {'fenced'}, msgs end
   local prk
@@ -477,12 +527,13 @@ local function finish(o)
   local updated = mt[5] or ''
   local trf, created = ARGV[o + 19], false
   if trf == '1' then
-    local n = checktr(tonumber(ARGV[o + 20]), ARGV[o + 21])
+    local base = ARGV[o + 30]
+    local n, known = checktr(mt, tonumber(ARGV[o + 20]), ARGV[o + 21], base, ARGV[o + 31])
     if not n or not staged(msgs) then return {'conflict'}, msgs end
     local hassys, syssum, sys = ARGV[o + 23], ARGV[o + 24], ARGV[o + 25]
     local sr = sysready(mt, hassys, syssum, sys)
     if sr then return {sr}, msgs end
-    updated = writetr(mt, n, tonumber(ARGV[o + 20]), ARGV[o + 22], hassys, syssum, sys, ARGV[o + 26], ARGV[o + 27], ARGV[o + 28], msgs, now, ARGV[o + 29], mset)
+    updated = writetr(mt, n, tonumber(ARGV[o + 20]), ARGV[o + 22], hassys, syssum, sys, ARGV[o + 26], ARGV[o + 27], ARGV[o + 28], msgs, now, ARGV[o + 29], mset, known, base)
     created = not mt[4]
   end
   -- A body flagged '2' was staged (like a large message): it moves to a

@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,4 +201,111 @@ func runTurns(b *testing.B, cl *redis.Client, turn func(k store.Key, run string)
 	turns := float64(per * callers)
 	b.ReportMetric((cpu1-cpu0)/turns*1e6, "server-µs/turn")
 	b.ReportMetric(float64(calls1-calls0)/turns, "calls/turn")
+}
+
+// TestTurnInstructions runs turns one after another against a server
+// started outside the test, for counting the server's instructions per
+// turn (deterministic, unlike BenchmarkServerCPU's CPU time). It runs
+// only with CHRONICLE_TURNS_URL set: CHRONICLE_TURNS turns (default 100)
+// of the workload CHRONICLE_TURNS_WORKLOAD, taken in turn on 4 threads
+// after one turn each that seeds them (so a thread's run list stays as
+// short as most are), with the tenant's run id index past the size where
+// Redis makes it a hash table (as any tenant's is soon). Workloads: chat (BenchmarkServerCPU/Chat's turn: the same 21
+// messages again, nothing to write), growing (2 messages appended), and
+// truncate (the proxy's replace mode: the same 20 messages and a new
+// answer, so the finish cuts the stored answer and appends the new one).
+// Count with the server under callgrind, twice with different counts, and
+// take the difference (what seeding and loading the scripts cost
+// cancels); see store/README.md, "What a turn costs the server":
+//
+//	valgrind --tool=callgrind --callgrind-out-file=cg.out \
+//	  --toggle-collect=readQueryFromClient --toggle-collect=handleClientsWithPendingWritesUsingThreads \
+//	  redis-server --port 6390 --save '' --appendonly no &
+//	CHRONICLE_TURNS_URL=redis://127.0.0.1:6390/0 CHRONICLE_TURNS=100 CHRONICLE_TURNS_WORKLOAD=chat \
+//	  go test -run TestTurnInstructions -count 1 ./store/redis/
+//	redis-cli -p 6390 shutdown nosave; callgrind_annotate cg.out | grep 'PROGRAM TOTALS'
+func TestTurnInstructions(t *testing.T) {
+	url := os.Getenv("CHRONICLE_TURNS_URL")
+	if url == "" {
+		t.Skip("CHRONICLE_TURNS_URL not set")
+	}
+	n := 100
+	if v := os.Getenv("CHRONICLE_TURNS"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	ctx := context.Background()
+	s, err := redisstore.Open(ctx, redisstore.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("x", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
+	sess := "sess"
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := redis.NewClient(opt)
+	defer cl.Close()
+	for i := range 600 {
+		if err := cl.HSet(ctx, "chr:t:{t}:runids", fmt.Sprintf("old%d", i), "old").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const threads = 4
+	type thread struct {
+		stored []store.Hash // what the last turn wrote
+		msgs   [][]byte
+		hashes []store.Hash
+	}
+	ths := make([]*thread, threads)
+	for i := range ths {
+		ths[i] = &thread{}
+		ths[i].msgs, ths[i].hashes = storetest.Msgs(0, 21)
+	}
+	workload := os.Getenv("CHRONICLE_TURNS_WORKLOAD")
+	for i := range n + threads {
+		th := ths[i%threads]
+		k := store.Key{Tenant: "t", Thread: fmt.Sprintf("cg%d", i%threads)}
+		stored, msgs, hashes := th.stored, th.msgs, th.hashes
+		var next [][]byte
+		var nextH []store.Hash
+		switch workload {
+		case "chat":
+			next, nextH = msgs, hashes
+		case "growing":
+			add, addH := storetest.Msgs(len(msgs), 2)
+			if i >= threads {
+				msgs, hashes = append(msgs, add...), append(hashes, addH...)
+				th.msgs, th.hashes = msgs, hashes
+			}
+			next, nextH = msgs, hashes
+		case "truncate":
+			answer, ah := storetest.Msg(1000+i, "assistant")
+			next, nextH = append(slices.Clone(msgs[:20]), answer), append(slices.Clone(hashes[:20]), ah)
+		default:
+			t.Fatalf("CHRONICLE_TURNS_WORKLOAD %q: want chat, growing or truncate", workload)
+		}
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: fmt.Sprintf("r%d", i), TTL: 30 * time.Second, Fingerprint: "fp", Model: "m",
+			LoadThread: true, KnownDigest: store.Digest(stored), NoSystem: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Unchanged {
+			stored = st.Thread.Hashes
+		}
+		tr := store.Diff(stored, next, nextH)
+		f := store.Finish{Status: store.Completed, Model: "m", SessionID: &sess, Usage: &store.Usage{InputTokens: 10, OutputTokens: 20},
+			Response: resp, Transcript: &tr}
+		if err := s.Finish(ctx, st.Lease, &f); err != nil {
+			t.Fatal(err)
+		}
+		th.stored = nextH
+	}
+	for i, th := range ths {
+		got, err := s.LoadThread(ctx, store.Key{Tenant: "t", Thread: fmt.Sprintf("cg%d", i)})
+		if err != nil || store.Digest(got.Hashes) != store.Digest(th.stored) {
+			t.Fatalf("thread %d after the turns: %d messages, %v", i, len(got.Hashes), err)
+		}
+	}
 }
