@@ -14,11 +14,12 @@ import (
 	"github.com/chronicle-proxy/chronicle/store/storetest"
 )
 
-// TestHotCacheChangesNothing runs the same random steps (starts, events,
-// finishes that append or rewrite, thread deletions, sweeps with expired
-// leases and event logs, session ids) on a store with the committer's hot
-// cache and one without, and fails on the first answer or stored key,
-// thread, run or event that differs.
+// TestHotCacheChangesNothing runs the same random steps (starts, half
+// knowing the transcript's digest; events; finishes that append or
+// rewrite, half with their digest; thread deletions; sweeps with expired
+// leases and event logs; session ids) on a store with the committer's
+// hot cache and one without, and fails on the first answer or stored
+// key, value, thread, run or event that differs.
 func TestHotCacheChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock()
@@ -58,6 +59,14 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		if keep > 0 {
 			tr.KeepHash = prev[keep-1]
 		}
+		// Half the writes bring their digest, half the starts know one.
+		if rng.IntN(2) == 0 {
+			tr.Digest = store.Digest(append(append([]store.Hash{}, prev[:keep]...), hashes...))
+		}
+		known := ""
+		if rng.IntN(2) == 0 && prev != nil {
+			known = store.Digest(prev)
+		}
 		finished := false
 		answers := make([]string, len(stores))
 		for i, s := range stores {
@@ -66,10 +75,10 @@ func TestHotCacheChangesNothing(t *testing.T) {
 			switch op {
 			case 0, 1, 2:
 				var st *store.Started
-				st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: ttl, LoadThread: true, FreshRunID: !used[run]})
+				st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: ttl, LoadThread: true, FreshRunID: !used[run], KnownDigest: known})
 				if err == nil {
 					leases[i][th] = st.Lease
-					note = fmt.Sprintf("%v %d %v %v", st.Run.Status, len(st.Thread.Messages), st.Created, st.ThreadFound)
+					note = fmt.Sprintf("%v %d %v %v %v", st.Run.Status, len(st.Thread.Messages), st.Created, st.ThreadFound, st.Unchanged)
 				}
 			case 3, 4:
 				l := leases[i][th]
@@ -120,6 +129,18 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		}
 		if d := cmp.Diff(string(want), string(got)); d != "" {
 			t.Fatalf("step %d (op %d on %s): the stores differ (-without +with the hot cache):\n%s", step, op, th, d)
+		}
+		// Every value too (the meta's digest record, the counters).
+		gotKV, err := stores[0].DebugDump(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantKV, err := stores[1].DebugDump(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(wantKV, gotKV); d != "" {
+			t.Fatalf("step %d (op %d on %s): the stored values differ (-without +with the hot cache):\n%s", step, op, th, d)
 		}
 	}
 }
