@@ -21,6 +21,13 @@ import (
 // hot cache and one without, and fails on the first answer or stored
 // key, value, thread, run or event that differs.
 func TestHotCacheChangesNothing(t *testing.T) {
+	// Also with groups so small that every few steps fill one.
+	for _, limit := range []int{0, 3} {
+		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) { hotCacheChangesNothing(t, limit) })
+	}
+}
+
+func hotCacheChangesNothing(t *testing.T, limit int) {
 	ctx := context.Background()
 	clock := storetest.NewClock()
 	open := func(hot bool) *Store {
@@ -30,6 +37,8 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		}
 		if !hot {
 			s.hot = nil
+		} else if limit > 0 {
+			s.hot.perThread, s.hot.perRoot = limit, limit
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
@@ -177,4 +186,42 @@ func TestHotCacheBounded(t *testing.T) {
 		t.Fatalf("%d entries hold %d bytes", entries, bytes)
 	}
 	t.Logf("%d entries, %d bytes", entries, bytes)
+}
+
+// TestHotCacheKeepsThreadHead: a thread's group that fills up with the
+// records of finished runs keeps the thread's marker, meta, system blob
+// and running run; the keys outside threads are grouped by root bucket,
+// so one bucket's keys do not evict another's.
+func TestHotCacheKeepsThreadHead(t *testing.T) {
+	h := newHotCache()
+	tp := childPrefix(threadsPrefix, []byte("t\x00th"))
+	tb := &Bucket{prefix: tp}
+	runs := &Bucket{prefix: childPrefix(tp, bRuns)}
+	head := []string{string(tp), string(tb.leaf(kMeta)), string(tb.leaf(kSys)), string(runs.leaf([]byte("running")))}
+	fills := map[string]hotVal{}
+	for _, k := range head {
+		fills[k] = hotVal{v: []byte("v"), ok: true}
+	}
+	fills[head[3]] = hotVal{v: []byte("v"), ok: true, dec: &runRec{Status: store.Running}}
+	h.fill(fills)
+	upd := &Bucket{prefix: childPrefix(nil, bUpd)}
+	for i := range 10 * hotPerThread {
+		h.fill(map[string]hotVal{
+			string(runs.leaf([]byte(fmt.Sprint("done-", i)))): {v: []byte("v"), ok: true, dec: &runRec{Status: store.Completed}},
+			string(upd.leaf([]byte(fmt.Sprint("t\x00th", i)))): {v: []byte("v"), ok: true},
+		})
+		if n := len(h.cur[string(tp)]); n > hotPerThread {
+			t.Fatalf("turn %d: the thread holds %d entries", i, n)
+		}
+	}
+	for _, k := range head {
+		if _, ok := h.get([]byte(k)); !ok {
+			t.Fatalf("%q left the cache", k)
+		}
+	}
+	for i := range 10 * hotPerThread {
+		if _, ok := h.get(upd.leaf([]byte(fmt.Sprint("t\x00th", i)))); !ok {
+			t.Fatalf("upd entry %d left the cache", i)
+		}
+	}
 }
