@@ -207,7 +207,7 @@ func TestHotCacheKeepsThreadHead(t *testing.T) {
 	upd := &Bucket{prefix: childPrefix(nil, bUpd)}
 	for i := range 10 * hotPerThread {
 		h.fill(map[string]hotVal{
-			string(runs.leaf([]byte(fmt.Sprint("done-", i)))): {v: []byte("v"), ok: true, dec: &runRec{Status: store.Completed}},
+			string(runs.leaf([]byte(fmt.Sprint("done-", i)))):  {v: []byte("v"), ok: true, dec: &runRec{Status: store.Completed}},
 			string(upd.leaf([]byte(fmt.Sprint("t\x00th", i)))): {v: []byte("v"), ok: true},
 		})
 		if n := len(h.cur[string(tp)]); n > hotPerThread {
