@@ -12,7 +12,7 @@
 // bytes:
 //
 //	t/<tenant>\x00<thread>/           one bucket per thread
-//	    meta                           JSON threadMeta (lease, counters, summary, fork point)
+//	    meta                           JSON threadMeta (lease, counters, summary, fork point, digest)
 //	    sys                            the system blob, raw (absent: none)
 //	    msgs/<u32 index>               16-byte hash + raw message
 //	    runs/<run>                     JSON runRec
