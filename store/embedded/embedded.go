@@ -12,7 +12,7 @@
 // bytes:
 //
 //	t/<tenant>\x00<thread>/           one bucket per thread
-//	    meta                           JSON threadMeta (lease, counters, summary, fork point)
+//	    meta                           JSON threadMeta (lease, counters, summary, fork point, digest)
 //	    sys                            the system blob, raw (absent: none)
 //	    msgs/<u32 index>               16-byte hash + raw message
 //	    runs/<run>                     JSON runRec
@@ -48,6 +48,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -401,6 +402,36 @@ type threadMeta struct {
 	ForkParent string `json:"par,omitempty"`
 	ForkAt     int    `json:"fat,omitempty"`
 	ForkRun    string `json:"frun,omitempty"`
+	// Digest is "<v>:<digest>": the transcript's store.Digest as of
+	// Version v (the Redis store's meta field dg). It holds only while
+	// Version is v: a transcript write that does not bring the digest
+	// (store.Transcript.Digest) clears it, and an older chronicle, which
+	// rewrites the meta without it, drops it.
+	Digest string `json:"dg,omitempty"`
+}
+
+// digest is the transcript's digest the meta records, when it holds for
+// the meta's version.
+func (m *threadMeta) digest() (string, bool) {
+	i := strings.IndexByte(m.Digest, ':')
+	if i < 0 {
+		return "", false
+	}
+	v, err := strconv.ParseInt(m.Digest[:i], 10, 64)
+	if err != nil || v != m.Version {
+		return "", false
+	}
+	return m.Digest[i+1:], true
+}
+
+// setDigest records d as the digest of the transcript at m's version ("":
+// none).
+func (m *threadMeta) setDigest(d string) {
+	if d == "" {
+		m.Digest = ""
+		return
+	}
+	m.Digest = strconv.FormatInt(m.Version, 10) + ":" + d
 }
 
 func (m *threadMeta) fork() store.ForkPoint {
@@ -568,20 +599,28 @@ func systemOf(tb *Bucket, m *threadMeta) []byte {
 	return tb.Get(kSys)
 }
 
-// transcriptDigest is store.Digest of the thread's stored hashes, read in
-// place without copying a message.
-func transcriptDigest(tx *Tx, k store.Key) string {
+// transcriptDigest is store.Digest of the thread's stored hashes: the one
+// m records for its version (O(1)), or else the hashes read in place
+// without copying a message, which m then records when record is set
+// (its caller writes m in the same step, so the digest holds as long as
+// the version does).
+func transcriptDigest(tb *Bucket, m *threadMeta, record bool) string {
+	if d, ok := m.digest(); ok {
+		return d
+	}
 	h := sha1.New()
-	if tb := threadBucket(tx, k); tb != nil {
-		if mb := tb.Bucket(bMsgs); mb != nil {
-			mb.ForEach(func(_, v []byte) error {
-				h.Write(v[:len(store.Hash{})])
-				return nil
-			})
-		}
+	if mb := tb.Bucket(bMsgs); mb != nil {
+		mb.ForEach(func(_, v []byte) error {
+			h.Write(v[:len(store.Hash{})])
+			return nil
+		})
 	}
 	var sum [sha1.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	d := hex.EncodeToString(h.Sum(sum[:0]))
+	if record {
+		m.setDigest(d)
+	}
+	return d
 }
 
 // readThread reads the thread's meta and messages inside tx (read or
@@ -637,10 +676,19 @@ func checkTranscript(tb *Bucket, m *threadMeta, t *store.Transcript) error {
 }
 
 // applied reports whether t is already what the thread holds (a retried
-// write), so that applying it again changes nothing, not even the version.
+// write, or one that repeats the stored transcript), so that applying it
+// again changes nothing, not even the version. With the digest of both
+// (the write's store.Transcript.Digest and the one the meta records) it
+// compares them, without reading a message.
 func applied(tb *Bucket, m *threadMeta, t *store.Transcript) bool {
 	if m.Msgs != t.Keep+len(t.Messages) || !bytes.Equal(systemOf(tb, m), t.System) || m.Created == 0 {
 		return false
+	}
+	if len(t.Hashes) == 0 {
+		return true
+	}
+	if d, ok := m.digest(); ok && t.Digest != "" {
+		return d == t.Digest
 	}
 	mb := tb.Bucket(bMsgs)
 	for i, h := range t.Hashes {
@@ -653,12 +701,20 @@ func applied(tb *Bucket, m *threadMeta, t *store.Transcript) bool {
 }
 
 // writeTranscript applies a checked transcript and bumps the version. t's
-// large messages are references to files w staged (w.transcript).
+// large messages are references to files w staged (w.transcript). The
+// meta records t.Digest for the new version (none when t has none). A
+// write already applied writes no message and keeps the version, as the
+// Redis store's does; it sets the connection, format and model it names.
 func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *blobWrite, thread []byte, now int64) error {
 	if applied(tb, m, t) {
+		setNames(m, t)
+		if _, ok := m.digest(); !ok && t.Digest != "" {
+			m.setDigest(t.Digest)
+		}
 		return nil
 	}
 	mb := tb.Bucket(bMsgs)
+	n := t.Keep + len(t.Messages)
 	for i := t.Keep; i < m.Msgs; i++ {
 		key := u32(i)
 		if old := mb.Get(key); len(old) > 16 {
@@ -666,8 +722,11 @@ func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *
 				return err
 			}
 		}
-		if err := mb.Delete(key); err != nil {
-			return err
+		// A key the write sets again needs no delete first.
+		if i >= n {
+			if err := mb.Delete(key); err != nil {
+				return err
+			}
 		}
 	}
 	for i, msg := range t.Messages {
@@ -694,6 +753,18 @@ func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *
 		}
 	}
 	m.System = nil
+	setNames(m, t)
+	if m.Created == 0 {
+		m.Created = now
+	}
+	m.Updated = now
+	m.Version++
+	m.setDigest(t.Digest)
+	return nil
+}
+
+// setNames sets the connection, format and model a transcript write names.
+func setNames(m *threadMeta, t *store.Transcript) {
 	if t.Connection != "" {
 		m.Connection = t.Connection
 	}
@@ -703,12 +774,6 @@ func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *
 	if t.Model != "" {
 		m.Model = t.Model
 	}
-	if m.Created == 0 {
-		m.Created = now
-	}
-	m.Updated = now
-	m.Version++
-	return nil
 }
 
 // touchIndex moves the thread's audit entries to m.Updated.

@@ -14,12 +14,20 @@ import (
 	"github.com/chronicle-proxy/chronicle/store/storetest"
 )
 
-// TestHotCacheChangesNothing runs the same random steps (starts, events,
-// finishes that append or rewrite, thread deletions, sweeps with expired
-// leases and event logs, session ids) on a store with the committer's hot
-// cache and one without, and fails on the first answer or stored key,
-// thread, run or event that differs.
+// TestHotCacheChangesNothing runs the same random steps (starts, half
+// knowing the transcript's digest; events; finishes that append or
+// rewrite, half with their digest; thread deletions; sweeps with expired
+// leases and event logs; session ids) on a store with the committer's
+// hot cache and one without, and fails on the first answer or stored
+// key, value, thread, run or event that differs.
 func TestHotCacheChangesNothing(t *testing.T) {
+	// Also with groups so small that every few steps fill one.
+	for _, limit := range []int{0, 3} {
+		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) { hotCacheChangesNothing(t, limit) })
+	}
+}
+
+func hotCacheChangesNothing(t *testing.T, limit int) {
 	ctx := context.Background()
 	clock := storetest.NewClock()
 	open := func(hot bool) *Store {
@@ -29,6 +37,8 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		}
 		if !hot {
 			s.hot = nil
+		} else if limit > 0 {
+			s.hot.perThread, s.hot.perRoot = limit, limit
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
@@ -58,6 +68,14 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		if keep > 0 {
 			tr.KeepHash = prev[keep-1]
 		}
+		// Half the writes bring their digest, half the starts know one.
+		if rng.IntN(2) == 0 {
+			tr.Digest = store.Digest(append(append([]store.Hash{}, prev[:keep]...), hashes...))
+		}
+		known := ""
+		if rng.IntN(2) == 0 && prev != nil {
+			known = store.Digest(prev)
+		}
 		finished := false
 		answers := make([]string, len(stores))
 		for i, s := range stores {
@@ -66,10 +84,10 @@ func TestHotCacheChangesNothing(t *testing.T) {
 			switch op {
 			case 0, 1, 2:
 				var st *store.Started
-				st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: ttl, LoadThread: true, FreshRunID: !used[run]})
+				st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: ttl, LoadThread: true, FreshRunID: !used[run], KnownDigest: known})
 				if err == nil {
 					leases[i][th] = st.Lease
-					note = fmt.Sprintf("%v %d %v %v", st.Run.Status, len(st.Thread.Messages), st.Created, st.ThreadFound)
+					note = fmt.Sprintf("%v %d %v %v %v", st.Run.Status, len(st.Thread.Messages), st.Created, st.ThreadFound, st.Unchanged)
 				}
 			case 3, 4:
 				l := leases[i][th]
@@ -121,6 +139,18 @@ func TestHotCacheChangesNothing(t *testing.T) {
 		if d := cmp.Diff(string(want), string(got)); d != "" {
 			t.Fatalf("step %d (op %d on %s): the stores differ (-without +with the hot cache):\n%s", step, op, th, d)
 		}
+		// Every value too (the meta's digest record, the counters).
+		gotKV, err := stores[0].DebugDump(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantKV, err := stores[1].DebugDump(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(wantKV, gotKV); d != "" {
+			t.Fatalf("step %d (op %d on %s): the stored values differ (-without +with the hot cache):\n%s", step, op, th, d)
+		}
 	}
 }
 
@@ -156,4 +186,42 @@ func TestHotCacheBounded(t *testing.T) {
 		t.Fatalf("%d entries hold %d bytes", entries, bytes)
 	}
 	t.Logf("%d entries, %d bytes", entries, bytes)
+}
+
+// TestHotCacheKeepsThreadHead: a thread's group that fills up with the
+// records of finished runs keeps the thread's marker, meta, system blob
+// and running run; the keys outside threads are grouped by root bucket,
+// so one bucket's keys do not evict another's.
+func TestHotCacheKeepsThreadHead(t *testing.T) {
+	h := newHotCache()
+	tp := childPrefix(threadsPrefix, []byte("t\x00th"))
+	tb := &Bucket{prefix: tp}
+	runs := &Bucket{prefix: childPrefix(tp, bRuns)}
+	head := []string{string(tp), string(tb.leaf(kMeta)), string(tb.leaf(kSys)), string(runs.leaf([]byte("running")))}
+	fills := map[string]hotVal{}
+	for _, k := range head {
+		fills[k] = hotVal{v: []byte("v"), ok: true}
+	}
+	fills[head[3]] = hotVal{v: []byte("v"), ok: true, dec: &runRec{Status: store.Running}}
+	h.fill(fills)
+	upd := &Bucket{prefix: childPrefix(nil, bUpd)}
+	for i := range 10 * hotPerThread {
+		h.fill(map[string]hotVal{
+			string(runs.leaf([]byte(fmt.Sprint("done-", i)))):  {v: []byte("v"), ok: true, dec: &runRec{Status: store.Completed}},
+			string(upd.leaf([]byte(fmt.Sprint("t\x00th", i)))): {v: []byte("v"), ok: true},
+		})
+		if n := len(h.cur[string(tp)]); n > hotPerThread {
+			t.Fatalf("turn %d: the thread holds %d entries", i, n)
+		}
+	}
+	for _, k := range head {
+		if _, ok := h.get([]byte(k)); !ok {
+			t.Fatalf("%q left the cache", k)
+		}
+	}
+	for i := range 10 * hotPerThread {
+		if _, ok := h.get(upd.leaf([]byte(fmt.Sprint("t\x00th", i)))); !ok {
+			t.Fatalf("upd entry %d left the cache", i)
+		}
+	}
 }

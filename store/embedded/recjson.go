@@ -36,6 +36,7 @@ func appendMetaJSON(b []byte, m *threadMeta) []byte {
 	b = jStr(b, "par", m.ForkParent)
 	b = jInt(b, "fat", int64(m.ForkAt))
 	b = jStr(b, "frun", m.ForkRun)
+	b = jStr(b, "dg", m.Digest)
 	return append(b, '}')
 }
 

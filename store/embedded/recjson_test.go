@@ -62,7 +62,7 @@ func TestRecordJSON(t *testing.T) {
 	for range 3000 {
 		m := &threadMeta{Created: num(), Updated: num(), Connection: str(), Format: str(), Model: str(), System: bs(),
 			Version: num(), LeaseRun: str(), LeaseOwner: str(), LeaseToken: num(), LeaseExp: num(), LeaseSeq: num(),
-			Runs: num(), LastStatus: store.Status(str()), Usage: usage(), Msgs: int(num()), ForkParent: str(), ForkAt: int(num()), ForkRun: str()}
+			Runs: num(), LastStatus: store.Status(str()), Usage: usage(), Msgs: int(num()), ForkParent: str(), ForkAt: int(num()), ForkRun: str(), Digest: str()}
 		check("meta", appendMetaJSON(nil, m), m, roundTrips(m))
 		r := &runRec{N: num(), Status: store.Status(str()), Reason: str(), Model: str(), Started: num(), Finished: num(),
 			Error: bs(), AnswerStatus: int(num()), InterruptedCalls: bs(), Repairs: bs(), Restored: bs(), Partial: bs(),

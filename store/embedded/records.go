@@ -98,7 +98,7 @@ func roundTrips[T record](v *T) bool {
 	switch r := any(v).(type) {
 	case *threadMeta:
 		return nonEmpty(r.System) && validUTF8(r.Connection, r.Format, r.Model, r.LeaseRun, r.LeaseOwner,
-			string(r.LastStatus), r.ForkParent, r.ForkRun)
+			string(r.LastStatus), r.ForkParent, r.ForkRun, r.Digest)
 	case *runRec:
 		sid := ""
 		if r.SessionID != nil {

@@ -140,6 +140,13 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		m.LastStatus = store.Running
 		r := &runRec{N: m.Runs, Status: store.Running, Model: sr.Model, Started: now, LeaseOwner: sr.Owner,
 			LeaseToken: m.LeaseSeq, LeaseExp: exp, Fingerprint: sr.Fingerprint}
+		*res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,
+			Lease: store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: m.LeaseSeq, TTL: sr.TTL, Expires: fromMS(exp)}}
+		// Before the meta is written: reading the thread may record its
+		// digest in it.
+		if err := s.withThread(tx, sr, res, &m); err != nil {
+			return err
+		}
 		if err := putNewRun(tb, sr.RunID, r); err != nil {
 			return err
 		}
@@ -152,12 +159,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		if err := tx.Bucket(bActive).Put([]byte(runKey(k, sr.RunID)), nil); err != nil {
 			return err
 		}
-		if err := addSubject(tx, tb, k, sr.Subject); err != nil {
-			return err
-		}
-		*res = store.Started{Run: r.toRun(k, sr.RunID), Created: true,
-			Lease: store.Lease{Key: k, RunID: sr.RunID, Owner: sr.Owner, Token: m.LeaseSeq, TTL: sr.TTL, Expires: fromMS(exp)}}
-		return s.withThread(tx, sr, res, &m)
+		return addSubject(tx, tb, k, sr.Subject)
 	})
 	if lost != "" {
 		s.notify(runKey(k, lost))
@@ -216,23 +218,44 @@ func (s *Store) startedBefore(tx *Tx, sr store.StartRun, rid []byte, res *store.
 }
 
 // withThread reads the thread into res when the start asked for it, in the
-// start's own transaction; m is the thread's meta as the start decoded it
-// (nil: read it).
+// start's own transaction. m is the thread's meta as the start decoded it,
+// which the start writes after this: when it does not record the
+// transcript's digest for its version, the digest read here is recorded
+// in it (the messages it is read from are this step's, and every later
+// transcript write moves the version). nil: read the meta, record
+// nothing.
 func (s *Store) withThread(tx *Tx, sr store.StartRun, res *store.Started, m *threadMeta) error {
 	if !sr.LoadThread {
 		return nil
+	}
+	record := m != nil
+	if m == nil {
+		tb := threadBucket(tx, sr.Key)
+		if tb == nil {
+			return nil
+		}
+		mm, err := loadMeta(tb)
+		if err != nil {
+			return err
+		}
+		m = &mm
 	}
 	var err error
 	if sr.KnownDigest != "" {
 		if res.Thread, res.ThreadFound, err = readThreadMeta(tx, sr.Key, m, !sr.NoSystem); err != nil || !res.ThreadFound {
 			return err
 		}
-		if transcriptDigest(tx, sr.Key) == sr.KnownDigest {
+		if transcriptDigest(threadBucket(tx, sr.Key), m, record) == sr.KnownDigest {
 			res.Unchanged = true
 			return nil
 		}
 	}
 	res.Thread, res.ThreadFound, err = readThread(tx, sr.Key, m, !sr.NoSystem)
+	if err == nil && res.ThreadFound && record {
+		if _, ok := m.digest(); !ok {
+			m.setDigest(store.Digest(res.Thread.Hashes))
+		}
+	}
 	return err
 }
 

@@ -16,19 +16,29 @@ import (
 // the CPU of the steps, not the log's write. gets/turn counts the reads
 // that missed the committer's hot cache (each a pebble Get: a memtable
 // skiplist seek and the tables' filters).
-func BenchmarkChatTurn(b *testing.B) {
+func BenchmarkChatTurn(b *testing.B) { chatTurns(b, 32, 0) }
+
+// BenchmarkChatTurnLong is BenchmarkChatTurn on threads of 200 messages
+// (198 before the turn's two): a turn's work should not grow with them.
+func BenchmarkChatTurnLong(b *testing.B) { chatTurns(b, 32, 198) }
+
+// BenchmarkChatTurnMany is BenchmarkChatTurn over 256 threads: more than
+// a group of the hot cache held of the keys outside threads.
+func BenchmarkChatTurnMany(b *testing.B) { chatTurns(b, 256, 0) }
+
+func chatTurns(b *testing.B, threads, history int) {
 	s, err := Open(b.TempDir(), Options{NoSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
 	ctx := context.Background()
-	const threads = 32
 	stored := make([][]store.Hash, threads)
 	keys := make([]store.Key, threads)
 	for i := range keys {
 		keys[i] = store.Key{Tenant: "bench", Thread: fmt.Sprintf("chat-%d", i)}
 	}
+	past, ph := storetest.Msgs(1000, history)
 	user, uh := storetest.Msg(0, "user")
 	turn := func(i int) {
 		t := i % threads
@@ -41,14 +51,19 @@ func BenchmarkChatTurn(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if stored[t] != nil && !st.Unchanged {
+			b.Fatal("the start read the transcript again")
+		}
 		reply, rh := storetest.Msg(i, "assistant")
-		tr := store.Diff(stored[t], [][]byte{user, reply}, []store.Hash{uh, rh})
+		msgs := append(append([][]byte{}, past...), user, reply)
+		hashes := append(append([]store.Hash{}, ph...), uh, rh)
+		tr := store.Diff(stored[t], msgs, hashes)
 		tr.Connection, tr.Format, tr.Model = "openai", "openai", "gpt-x"
 		if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr,
 			Usage: &store.Usage{InputTokens: 10, OutputTokens: 20}, Model: "gpt-x", AnswerStatus: 200}); err != nil {
 			b.Fatal(err)
 		}
-		stored[t] = []store.Hash{uh, rh}
+		stored[t] = hashes
 	}
 	for i := range 4 * threads {
 		turn(i)
