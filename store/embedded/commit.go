@@ -84,6 +84,7 @@ func (s *Store) write(ops []op) error {
 	}
 	if !b.Empty() {
 		s.written.Add(int64(b.Len()))
+		s.keys.Add(int64(b.Count()))
 		if err := b.Commit(pebble.Sync); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/chronicle-proxy/chronicle/store"
 	"github.com/chronicle-proxy/chronicle/store/storetest"
@@ -53,4 +54,78 @@ func TestSaveCost(t *testing.T) {
 		t.Fatalf("bytes written: append one %d, overwrite 1,000 %d (a message is %d)", appendBytes, overwriteBytes, msgBytes)
 	}
 	t.Logf("bytes written: append one %d, overwrite 1,000 %d", appendBytes, overwriteBytes)
+}
+
+// TestKeysWritten proves that a write does not set a key to the value it
+// holds: a rewrite from message 0 that changes only the last message sets
+// that message and the meta, and a finish in the same millisecond as the
+// thread's last update leaves its index entries alone. What is stored is
+// what it was.
+func TestKeysWritten(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	s, err := Open(t.TempDir(), Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	k := store.Key{Tenant: "t", Thread: "same"}
+	msgs, hashes := storetest.Msgs(0, 10)
+	st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: "r1", TTL: 30e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveTranscript(ctx, st.Lease, store.Diff(nil, msgs, hashes)); err != nil {
+		t.Fatal(err)
+	}
+	last, lh := storetest.Msg(100, "assistant")
+	msgs[9], hashes[9] = last, lh
+	before := s.keys.Load()
+	// Keep 0, every message: nine of them are stored as they are.
+	tr := store.Transcript{Messages: msgs, Hashes: hashes}
+	if err := s.SaveTranscript(ctx, st.Lease, tr); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.keys.Load() - before; n != 2 {
+		t.Fatalf("the rewrite wrote %d keys, want 2 (message 9 and the meta)", n)
+	}
+	th, err := s.LoadThread(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(th.Messages) != 10 || string(th.Messages[9]) != string(last) || string(th.Messages[0]) != string(msgs[0]) || th.Version != 2 {
+		t.Fatalf("thread after the rewrite: %d messages, version %d", len(th.Messages), th.Version)
+	}
+	before = s.keys.Load()
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed}); err != nil {
+		t.Fatal(err)
+	}
+	// The run, its events' expiry, its active entry and the meta.
+	if n := s.keys.Load() - before; n != 4 {
+		t.Fatalf("the finish wrote %d keys, want 4", n)
+	}
+	page, err := s.ListThreads(ctx, store.ThreadQuery{Tenant: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Threads) != 1 || !page.Threads[0].UpdatedAt.Equal(now) {
+		t.Fatalf("listed %+v", page.Threads)
+	}
+	now = now.Add(time.Millisecond)
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed}); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.StartRun(ctx, store.StartRun{Key: k, RunID: "r2", TTL: 30e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed}); err != nil {
+		t.Fatal(err)
+	}
+	if page, err = s.ListThreads(ctx, store.ThreadQuery{Tenant: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Threads) != 1 || !page.Threads[0].UpdatedAt.Equal(now) {
+		t.Fatalf("listed %+v after a later finish", page.Threads)
+	}
 }
