@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,9 +101,9 @@ func TestKeysWritten(t *testing.T) {
 	if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed}); err != nil {
 		t.Fatal(err)
 	}
-	// The run, its events' expiry, its active entry and the meta.
-	if n := s.keys.Load() - before; n != 4 {
-		t.Fatalf("the finish wrote %d keys, want 4", n)
+	// The run, its active entry and the meta (no event log to expire).
+	if n := s.keys.Load() - before; n != 3 {
+		t.Fatalf("the finish wrote %d keys, want 3", n)
 	}
 	page, err := s.ListThreads(ctx, store.ThreadQuery{Tenant: "t"})
 	if err != nil {
@@ -127,5 +128,64 @@ func TestKeysWritten(t *testing.T) {
 	}
 	if len(page.Threads) != 1 || !page.Threads[0].UpdatedAt.Equal(now) {
 		t.Fatalf("listed %+v after a later finish", page.Threads)
+	}
+}
+
+// TestEventExpiryEntries proves that only a run that logged events gets
+// an entry for Sweep to drop its log, and that Sweep drops that log.
+func TestEventExpiryEntries(t *testing.T) {
+	clock := storetest.NewClock()
+	s, err := Open(t.TempDir(), Options{Now: clock.Now, EventRetention: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	k := store.Key{Tenant: "t", Thread: "ev"}
+	for _, run := range []string{"quiet", "loud"} {
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: 30e9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &store.Finish{Status: store.Completed}
+		if run == "loud" {
+			f.EventsFrom, f.Events = 1, [][]byte{[]byte("data: a\n\n")}
+		}
+		if err := s.Finish(ctx, st.Lease, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expiries := func() []string {
+		keys, err := s.DebugKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, key := range keys {
+			if strings.HasPrefix(key, "evexp/") {
+				out = append(out, key)
+			}
+		}
+		return out
+	}
+	if e := expiries(); len(e) != 1 || !strings.HasSuffix(e[0], "loud") {
+		t.Fatalf("expiry entries %q, want one, of run loud", e)
+	}
+	events := func() int {
+		n := 0
+		if err := s.FollowEvents(ctx, k, "loud", 0, func(store.Event) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := events(); n != 1 {
+		t.Fatalf("%d events before the retention", n)
+	}
+	clock.Advance(2 * time.Minute)
+	if _, err := s.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, n := expiries(), events(); len(e) != 0 || n != 0 {
+		t.Fatalf("after the retention: expiry entries %q, %d events", e, n)
 	}
 }

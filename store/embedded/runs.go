@@ -73,7 +73,14 @@ func (s *Store) markLost(tx *Tx, tb *Bucket, k store.Key, m *threadMeta, id stri
 	return true, putRun(tb, id, r)
 }
 
+// expireEvents has Sweep drop the ended run's event log after the
+// retention. A run that logged no event has no log to drop and gets no
+// entry (one key fewer a turn, each an insert in the memtable), as Redis
+// sets no expiry on a log key that does not exist.
 func (s *Store) expireEvents(tx *Tx, k store.Key, id string, r *runRec, now int64) error {
+	if r.Events == 0 {
+		return nil
+	}
 	r.EvExp = now + s.opts.EventRetention.Milliseconds()
 	return tx.Bucket(bEvExp).Put(append(u64(uint64(r.EvExp)), runKey(k, id)...), nil)
 }
