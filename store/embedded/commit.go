@@ -67,7 +67,10 @@ func (s *Store) write(ops []op) error {
 	}
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
-	tx := &Tx{r: b, w: b, hot: s.hot}
+	sc := &s.scratch
+	tx := &Tx{r: b, w: b, hot: s.hot, arena: sc.arena[:0], slab: sc.slab[:0], fills: sc.fills,
+		vals: sc.vals[:0], markers: sc.markers[:0]}
+	defer sc.keep(tx)
 	var err error
 	for _, o := range ops {
 		if err = o.fn(tx); err != nil {
@@ -119,4 +122,36 @@ func (s *Store) update(fn func(tx *Tx) error) error {
 		return unavailable(err)
 	}
 	return nil
+}
+
+// scratch is what the committer's transactions reuse, one after another:
+// the arena of their keys, the slab of their buckets and the map of their
+// fills. Nothing outlives a transaction that points into them: pebble
+// copies the keys a batch is given, its iterators are closed when the
+// transaction ends, and the hot cache takes the fills' strings and
+// values, not the map.
+type scratch struct {
+	arena   []byte
+	slab    []Bucket
+	fills   map[string]*hotVal
+	vals    []hotVal
+	markers []marker
+}
+
+// keep takes back what tx used, once it is over.
+func (sc *scratch) keep(tx *Tx) {
+	sc.arena = tx.arena[:0]
+	slab := tx.slab[:cap(tx.slab)]
+	clear(slab) // no pointer to this transaction stays
+	sc.slab = slab[:0]
+	vals := tx.vals[:cap(tx.vals)]
+	clear(vals)
+	sc.vals = vals[:0]
+	markers := tx.markers[:cap(tx.markers)]
+	clear(markers)
+	sc.markers = markers[:0]
+	if tx.fills != nil {
+		clear(tx.fills)
+		sc.fills = tx.fills
+	}
 }
