@@ -744,7 +744,8 @@ func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *
 		if same != nil && same[i] {
 			continue
 		}
-		v := make([]byte, 16+len(msg))
+		// pebble copies it (and the hot cache, when the step read it).
+		v := tx.alloc(16 + len(msg))[:16+len(msg)]
 		copy(v, t.Hashes[i][:])
 		copy(v[16:], msg)
 		if err := mb.Put(u32(t.Keep+i), v); err != nil {
