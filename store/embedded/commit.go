@@ -3,6 +3,8 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -67,7 +69,11 @@ func (s *Store) write(ops []op) error {
 	}
 	b := s.db.NewIndexedBatch()
 	defer b.Close()
-	tx := &Tx{r: b, w: b, hot: s.hot}
+	sc := &s.scratch
+	tx := &sc.tx
+	*tx = Tx{r: b, w: b, hot: s.hot, arena: sc.arena[:0], slab: sc.slab[:0], fills: sc.fills,
+		vals: sc.vals[:0], markers: sc.markers[:0], closers: sc.closers[:0]}
+	defer sc.keep(tx)
 	var err error
 	for _, o := range ops {
 		if err = o.fn(tx); err != nil {
@@ -84,6 +90,7 @@ func (s *Store) write(ops []op) error {
 	}
 	if !b.Empty() {
 		s.written.Add(int64(b.Len()))
+		s.keys.Add(int64(b.Count()))
 		if err := b.Commit(pebble.Sync); err != nil {
 			return err
 		}
@@ -94,9 +101,16 @@ func (s *Store) write(ops []op) error {
 
 var errClosed = errors.New("embedded store closed")
 
+// donePool holds the answer channels of writes that got their answer.
+var donePool sync.Pool
+
 // update runs fn in the next group commit and waits for its result.
 func (s *Store) update(fn func(tx *Tx) error) error {
-	o := op{fn: fn, done: make(chan error, 1)}
+	done, _ := donePool.Get().(chan error)
+	if done == nil {
+		done = make(chan error, 1)
+	}
+	o := op{fn: fn, done: done}
 	select {
 	case s.ops <- o:
 	case <-s.stop:
@@ -105,6 +119,8 @@ func (s *Store) update(fn func(tx *Tx) error) error {
 	var err error
 	select {
 	case err = <-o.done:
+		// Answered once, and now empty: the next write may use it.
+		donePool.Put(done)
 	case <-s.stopped:
 		// The loop answers every op it took before it stops: an answer
 		// here is whether this one committed.
@@ -118,4 +134,41 @@ func (s *Store) update(fn func(tx *Tx) error) error {
 		return unavailable(err)
 	}
 	return nil
+}
+
+// scratch is what the committer's transactions reuse, one after another:
+// the arena of their keys, the slab of their buckets and the map of their
+// fills. Nothing outlives a transaction that points into them: pebble
+// copies the keys a batch is given, its iterators are closed when the
+// transaction ends, and the hot cache takes the fills' strings and
+// values, not the map.
+type scratch struct {
+	tx      Tx
+	closers []io.Closer
+	arena   []byte
+	slab    []Bucket
+	fills   map[string]*hotVal
+	vals    []hotVal
+	markers []marker
+}
+
+// keep takes back what tx used, once it is over.
+func (sc *scratch) keep(tx *Tx) {
+	sc.arena = tx.arena[:0]
+	sc.closers = tx.closers[:0] // end closed them
+	clear(sc.closers[:cap(sc.closers)])
+	slab := tx.slab[:cap(tx.slab)]
+	clear(slab) // no pointer to this transaction stays
+	sc.slab = slab[:0]
+	vals := tx.vals[:cap(tx.vals)]
+	clear(vals)
+	sc.vals = vals[:0]
+	markers := tx.markers[:cap(tx.markers)]
+	clear(markers)
+	sc.markers = markers[:0]
+	if tx.fills != nil {
+		clear(tx.fills)
+		sc.fills = tx.fills
+	}
+	*tx = Tx{} // no pointer to this batch stays
 }

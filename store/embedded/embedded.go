@@ -102,6 +102,7 @@ type Store struct {
 	kvDir   string // the key space's directory (CompactDeleted)
 
 	ops     chan op
+	scratch scratch // the committer's (commit.go)
 	stop    chan struct{}
 	stopped chan struct{}
 	syncer  chan struct{} // closed when the interval syncer has stopped
@@ -116,8 +117,10 @@ type Store struct {
 
 	// commits and grouped count shared transactions and the writes they
 	// carried (the group commit benchmark reports their ratio); written
-	// counts the bytes they committed (the cost test reads it).
-	commits, grouped, written atomic.Int64
+	// counts the bytes they committed (the cost test reads it), keys the
+	// keys they set or deleted (each a memtable insert; the turn
+	// benchmark reports them).
+	commits, grouped, written, keys atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -511,20 +514,13 @@ func putJSON(b *Bucket, key []byte, v any) error {
 
 // threadBucket returns the thread's bucket, or nil.
 func threadBucket(tx *Tx, k store.Key) *Bucket {
-	return tx.Bucket(bThreads).Bucket(threadID(k))
+	return tx.Bucket(bThreads).Bucket(tx.threadID(k))
 }
 
+// createThreadBucket writes the thread's marker if it has none (its
+// child buckets, like every bucket but a thread's, need none: kv.go).
 func createThreadBucket(tx *Tx, k store.Key) (*Bucket, error) {
-	tb, err := tx.Bucket(bThreads).CreateBucketIfNotExists(threadID(k))
-	if err != nil {
-		return nil, err
-	}
-	for _, name := range [][]byte{bMsgs, bRuns, bResp, bUp, bIntr, bEv} {
-		if _, err := tb.CreateBucketIfNotExists(name); err != nil {
-			return nil, err
-		}
-	}
-	return tb, nil
+	return tx.Bucket(bThreads).CreateBucketIfNotExists(tx.threadID(k))
 }
 
 // LoadThread reads meta and messages in one read transaction.
@@ -715,9 +711,24 @@ func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *
 	}
 	mb := tb.Bucket(bMsgs)
 	n := t.Keep + len(t.Messages)
+	// same[i-t.Keep]: message i is stored as the write has it, a row
+	// holding the message itself (not a file's name), so it is not
+	// written again.
+	var same []bool
 	for i := t.Keep; i < m.Msgs; i++ {
 		key := u32(i)
-		if old := mb.Get(key); len(old) > 16 {
+		old := mb.Get(key)
+		if i < n && len(old) >= 16 && !isRef(old[16:]) {
+			j := i - t.Keep
+			if [16]byte(old[:16]) == t.Hashes[j] && string(old[16:]) == string(t.Messages[j]) {
+				if same == nil {
+					same = make([]bool, len(t.Messages))
+				}
+				same[j] = true
+				continue
+			}
+		}
+		if len(old) > 16 {
 			if err := w.drop(tx, old[16:]); err != nil {
 				return err
 			}
@@ -730,7 +741,11 @@ func writeTranscript(tx *Tx, tb *Bucket, m *threadMeta, t *store.Transcript, w *
 		}
 	}
 	for i, msg := range t.Messages {
-		v := make([]byte, 16+len(msg))
+		if same != nil && same[i] {
+			continue
+		}
+		// pebble copies it (and the hot cache, when the step read it).
+		v := tx.alloc(16 + len(msg))[:16+len(msg)]
 		copy(v, t.Hashes[i][:])
 		copy(v[16:], msg)
 		if err := mb.Put(u32(t.Keep+i), v); err != nil {
@@ -781,29 +796,46 @@ func touchIndex(tx *Tx, k store.Key, m *threadMeta) error {
 	if m.Created == 0 {
 		return nil
 	}
-	id := threadID(k)
+	id := tx.threadID(k)
 	upd := tx.Bucket(bUpd)
 	if old := upd.Get(id); old != nil {
+		if int64(binary.BigEndian.Uint64(old)) == m.Updated {
+			// The entries are already there: deleting and setting
+			// them again would write five keys that change nothing.
+			return nil
+		}
 		if err := dropIndex(tx, k, int64(binary.BigEndian.Uint64(old))); err != nil {
 			return err
 		}
 	}
-	inv := u64(^uint64(m.Updated))
-	if err := tx.Bucket(bIdx).Put(append(append([]byte(k.Tenant+"\x00"), inv...), k.Thread...), nil); err != nil {
+	idx, gidx := indexKeys(tx, k, m.Updated)
+	if err := tx.Bucket(bIdx).Put(idx, nil); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bGidx).Put(append(append([]byte{}, inv...), id...), nil); err != nil {
+	if err := tx.Bucket(bGidx).Put(gidx, nil); err != nil {
 		return err
 	}
-	return upd.Put(id, u64(uint64(m.Updated)))
+	return upd.putOwned(id, u64(uint64(m.Updated)))
 }
 
 func dropIndex(tx *Tx, k store.Key, updated int64) error {
-	inv := u64(^uint64(updated))
-	if err := tx.Bucket(bIdx).Delete(append(append([]byte(k.Tenant+"\x00"), inv...), k.Thread...)); err != nil {
+	idx, gidx := indexKeys(tx, k, updated)
+	if err := tx.Bucket(bIdx).Delete(idx); err != nil {
 		return err
 	}
-	return tx.Bucket(bGidx).Delete(append(append([]byte{}, inv...), threadID(k)...))
+	return tx.Bucket(bGidx).Delete(gidx)
+}
+
+// indexKeys are the thread's keys in idx (<tenant>\x00<^updated><thread>)
+// and gidx (<^updated><tenant>\x00<thread>), in the arena.
+func indexKeys(tx *Tx, k store.Key, updated int64) (idx, gidx []byte) {
+	inv := ^uint64(updated)
+	idx = tx.alloc(len(k.Tenant) + 1 + 8 + len(k.Thread))
+	idx = binary.BigEndian.AppendUint64(append(append(idx, k.Tenant...), 0), inv)
+	idx = append(idx, k.Thread...)
+	gidx = tx.alloc(8 + len(k.Tenant) + 1 + len(k.Thread))
+	gidx = append(append(binary.BigEndian.AppendUint64(gidx, inv), k.Tenant...), 0)
+	return idx, append(gidx, k.Thread...)
 }
 
 // SaveTranscript writes a transcript under the lease.
@@ -1000,3 +1032,8 @@ func (s *Store) Durability(context.Context) (string, error) {
 	}
 	return fmt.Sprintf("embedded: fsync every %v: an acknowledged turn is in the operating system and survives a crash of chronicle; a power loss loses at most the last %v of turns, each whole or not at all", s.opts.FsyncInterval, s.opts.FsyncInterval), nil
 }
+
+// rootBuckets are the root buckets (their prefixes are built once,
+// kv.go).
+var rootBuckets = [][]byte{bThreads, bIdx, bGidx, bUpd, bRunIDs, bActive, bEvExp, bSess,
+	bSubjIx, bTomb, bBlob, bKeys}

@@ -46,6 +46,10 @@ type hotVal struct {
 	v   []byte
 	ok  bool
 	dec any
+	// key is the key as the cache holds it (set by fill), so that a
+	// transaction recording a value it found there does not convert the
+	// key again.
+	key string
 }
 
 const (
@@ -132,11 +136,12 @@ func (h *hotCache) dropRange(start []byte) {
 }
 
 // fill stores what a committed transaction read and wrote.
-func (h *hotCache) fill(fills map[string]hotVal) {
+func (h *hotCache) fill(fills map[string]*hotVal) {
 	if h == nil {
 		return
 	}
-	for k, v := range fills {
+	for k, p := range fills {
+		v := *p
 		g, thread := groupOf([]byte(k))
 		m, ok := h.cur[string(g)]
 		if !ok {
@@ -156,6 +161,7 @@ func (h *hotCache) fill(fills map[string]hotVal) {
 		case !thread && len(m) >= h.perRoot:
 			clear(m)
 		}
+		v.key = k
 		m[k] = v
 		h.curBytes += len(k) + len(v.v)
 	}

@@ -161,9 +161,9 @@ func TestHotCacheBounded(t *testing.T) {
 	big := make([]byte, 64<<10)
 	for th := range 3 * hotThreads {
 		tp := childPrefix(threadsPrefix, []byte(fmt.Sprintf("t\x00th%d", th)))
-		fills := map[string]hotVal{}
+		fills := map[string]*hotVal{}
 		for i := range 2 * hotPerThread {
-			fills[string(tp)+fmt.Sprint(i)] = hotVal{v: big[:th%4*1024], ok: true}
+			fills[string(tp)+fmt.Sprint(i)] = &hotVal{v: big[:th%4*1024], ok: true}
 		}
 		h.fill(fills)
 	}
@@ -198,15 +198,15 @@ func TestHotCacheKeepsThreadHead(t *testing.T) {
 	tb := &Bucket{prefix: tp}
 	runs := &Bucket{prefix: childPrefix(tp, bRuns)}
 	head := []string{string(tp), string(tb.leaf(kMeta)), string(tb.leaf(kSys)), string(runs.leaf([]byte("running")))}
-	fills := map[string]hotVal{}
+	fills := map[string]*hotVal{}
 	for _, k := range head {
-		fills[k] = hotVal{v: []byte("v"), ok: true}
+		fills[k] = &hotVal{v: []byte("v"), ok: true}
 	}
-	fills[head[3]] = hotVal{v: []byte("v"), ok: true, dec: &runRec{Status: store.Running}}
+	fills[head[3]] = &hotVal{v: []byte("v"), ok: true, dec: &runRec{Status: store.Running}}
 	h.fill(fills)
 	upd := &Bucket{prefix: childPrefix(nil, bUpd)}
 	for i := range 10 * hotPerThread {
-		h.fill(map[string]hotVal{
+		h.fill(map[string]*hotVal{
 			string(runs.leaf([]byte(fmt.Sprint("done-", i)))):  {v: []byte("v"), ok: true, dec: &runRec{Status: store.Completed}},
 			string(upd.leaf([]byte(fmt.Sprint("t\x00th", i)))): {v: []byte("v"), ok: true},
 		})

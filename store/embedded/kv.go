@@ -6,6 +6,8 @@ import (
 	"io"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/chronicle-proxy/chronicle/store"
 )
 
 // The store's data lives in one pebble key space. Buckets, the nesting the
@@ -35,13 +37,72 @@ type Tx struct {
 	w       *pebble.Batch // nil in a read
 	closers []io.Closer
 	// markers remembers the thread buckets this transaction found or
-	// made: a step asks for its thread's bucket several times.
-	markers map[string]bool
+	// made: a step asks for its thread's bucket several times. A step
+	// has a thread or a few: a list, looked through, up to maxMarkers,
+	// and a map past them (a read or a sweep over many threads).
+	markers   []marker
+	markerMap map[string]bool
+	// arena holds the keys and bucket prefixes the transaction builds,
+	// and slab its buckets (alloc, newBucket): carved one after another
+	// and never reused while the transaction lives, so a step allocates
+	// a chunk, not each key. pebble copies what a batch is given.
+	arena []byte
+	slab  []Bucket
 	// hot is the committer's cache (nil in a read); fills are the values
 	// this transaction read, as its own writes left them (hot.go).
 	hot   *hotCache
-	fills map[string]hotVal
+	fills map[string]*hotVal // the values in vals (newVal)
+	vals  []hotVal
 	err   error // the first failure of a read that had no error to return
+}
+
+// marker is whether a thread bucket's marker exists.
+type marker struct {
+	prefix []byte
+	ok     bool
+}
+
+const (
+	arenaChunk = 4 << 10
+	slabChunk  = 16
+	maxMarkers = 8
+)
+
+// alloc returns an empty slice with room for n bytes, from the arena
+// (or a fresh one: tx nil, n large).
+func (tx *Tx) alloc(n int) []byte {
+	if tx == nil || n > arenaChunk/8 {
+		return make([]byte, 0, n)
+	}
+	if cap(tx.arena)-len(tx.arena) < n {
+		size := arenaChunk
+		if cap(tx.arena) == 0 {
+			size = arenaChunk / 8 // a read of a few keys
+		}
+		tx.arena = make([]byte, 0, size)
+	}
+	i := len(tx.arena)
+	tx.arena = tx.arena[:i+n]
+	return tx.arena[i : i : i+n]
+}
+
+// newVal is a fill of tx, from vals (chunked like the slab: a fill stays
+// where it is).
+func (tx *Tx) newVal(hv hotVal) *hotVal {
+	if len(tx.vals) == cap(tx.vals) {
+		tx.vals = make([]hotVal, 0, slabChunk)
+	}
+	tx.vals = append(tx.vals, hv)
+	return &tx.vals[len(tx.vals)-1]
+}
+
+// newBucket is a bucket of tx, from the slab.
+func (tx *Tx) newBucket(prefix []byte, marked bool) *Bucket {
+	if len(tx.slab) == cap(tx.slab) {
+		tx.slab = make([]Bucket, 0, slabChunk)
+	}
+	tx.slab = append(tx.slab, Bucket{tx: tx, prefix: prefix, marked: marked})
+	return &tx.slab[len(tx.slab)-1]
 }
 
 func (tx *Tx) end() error {
@@ -62,8 +123,22 @@ func (tx *Tx) fail(err error) {
 
 // Bucket opens a root bucket.
 func (tx *Tx) Bucket(name []byte) *Bucket {
-	return &Bucket{tx: tx, prefix: childPrefix(nil, name), marked: string(name) == string(bThreads)}
+	p, ok := rootPrefixes[string(name)]
+	if !ok {
+		p = tx.childPrefix(nil, name)
+	}
+	return tx.newBucket(p, string(name) == string(bThreads))
 }
+
+// rootPrefixes are the root buckets' prefixes, built once (read only).
+var rootPrefixes = func() map[string][]byte {
+	m := map[string][]byte{}
+	for _, name := range rootBuckets {
+		p := childPrefix(nil, name)
+		m[string(name)] = p[:len(p):len(p)] // shared: an append copies
+	}
+	return m
+}()
 
 // Bucket is a key prefix inside a transaction.
 type Bucket struct {
@@ -73,15 +148,29 @@ type Bucket struct {
 }
 
 func childPrefix(parent, name []byte) []byte {
-	p := make([]byte, 0, len(parent)+1+binary.MaxVarintLen32+len(name))
+	var tx *Tx
+	return tx.childPrefix(parent, name)
+}
+
+// childPrefix is the prefix of parent's child bucket name, in the arena.
+func (tx *Tx) childPrefix(parent, name []byte) []byte {
+	p := tx.alloc(len(parent) + 1 + binary.MaxVarintLen32 + len(name))
 	p = append(p, parent...)
 	p = append(p, tagBucket)
 	p = binary.AppendUvarint(p, uint64(len(name)))
 	return append(p, name...)
 }
 
+// leaf is the key of key in b, in the arena.
 func (b *Bucket) leaf(key []byte) []byte {
-	k := make([]byte, 0, len(b.prefix)+1+len(key))
+	k := b.tx.alloc(len(b.prefix) + 1 + len(key))
+	k = append(append(k, b.prefix...), tagLeaf)
+	return append(k, key...)
+}
+
+// leafString is leaf of a string key.
+func (b *Bucket) leafString(key string) []byte {
+	k := b.tx.alloc(len(b.prefix) + 1 + len(key))
 	k = append(append(k, b.prefix...), tagLeaf)
 	return append(k, key...)
 }
@@ -89,49 +178,78 @@ func (b *Bucket) leaf(key []byte) []byte {
 // Bucket opens the child bucket name: nil when b's children are marked and
 // name's marker is absent.
 func (b *Bucket) Bucket(name []byte) *Bucket {
-	c := &Bucket{tx: b.tx, prefix: childPrefix(b.prefix, name)}
-	if b.marked && !b.tx.marked(c.prefix) {
+	p := b.tx.childPrefix(b.prefix, name)
+	if b.marked && !b.tx.marked(p) {
 		return nil
 	}
-	return c
+	return b.tx.newBucket(p, false)
+}
+
+// marker finds prefix in the markers (-1: not there).
+func (tx *Tx) marker(prefix []byte) int {
+	for i := range tx.markers {
+		if string(tx.markers[i].prefix) == string(prefix) {
+			return i
+		}
+	}
+	return -1
 }
 
 func (tx *Tx) marked(prefix []byte) bool {
-	if ok, seen := tx.markers[string(prefix)]; seen {
+	if i := tx.marker(prefix); i >= 0 {
+		return tx.markers[i].ok
+	}
+	if ok, seen := tx.markerMap[string(prefix)]; seen {
 		return ok
 	}
 	ok := tx.get(prefix) != nil
-	if tx.markers == nil {
-		tx.markers = make(map[string]bool, 4)
-	}
-	tx.markers[string(prefix)] = ok
+	tx.setMarker(prefix, ok)
 	return ok
+}
+
+// setMarker records whether the marker prefix exists.
+func (tx *Tx) setMarker(prefix []byte, ok bool) {
+	if i := tx.marker(prefix); i >= 0 {
+		tx.markers[i].ok = ok
+		return
+	}
+	if _, seen := tx.markerMap[string(prefix)]; seen || len(tx.markers) >= maxMarkers {
+		if tx.markerMap == nil {
+			tx.markerMap = make(map[string]bool)
+		}
+		tx.markerMap[string(prefix)] = ok
+		return
+	}
+	tx.markers = append(tx.markers, marker{prefix: prefix, ok: ok})
 }
 
 // CreateBucketIfNotExists opens the child bucket name, writing its marker
 // when b's children are marked.
 func (b *Bucket) CreateBucketIfNotExists(name []byte) (*Bucket, error) {
-	c := &Bucket{tx: b.tx, prefix: childPrefix(b.prefix, name)}
-	if b.marked && !b.tx.marked(c.prefix) {
-		if err := b.tx.set(c.prefix, nil); err != nil {
+	p := b.tx.childPrefix(b.prefix, name)
+	if b.marked && !b.tx.marked(p) {
+		if err := b.tx.set(p, nil); err != nil {
 			return nil, err
 		}
-		b.tx.markers[string(c.prefix)] = true
+		b.tx.setMarker(p, true)
 	}
-	return c, b.tx.err
+	return b.tx.newBucket(p, false), b.tx.err
 }
 
 // DeleteBucket removes the child bucket name and everything under it.
 func (b *Bucket) DeleteBucket(name []byte) error {
-	p := childPrefix(b.prefix, name)
+	p := b.tx.childPrefix(b.prefix, name)
 	if b.tx.w == nil {
 		return errReadOnly
 	}
-	delete(b.tx.markers, string(p))
+	if i := b.tx.marker(p); i >= 0 {
+		b.tx.markers = append(b.tx.markers[:i], b.tx.markers[i+1:]...)
+	}
+	delete(b.tx.markerMap, string(p))
 	if b.tx.hot != nil {
-		for k := range b.tx.fills {
+		for k, hv := range b.tx.fills {
 			if len(k) >= len(p) && k[:len(p)] == string(p) {
-				b.tx.fills[k] = hotVal{}
+				*hv = hotVal{}
 			}
 		}
 		b.tx.hot.dropRange(p)
@@ -145,8 +263,37 @@ var errReadOnly = errors.New("embedded: write in a read transaction")
 // value is a non-nil empty slice).
 func (b *Bucket) Get(key []byte) []byte { return b.tx.get(b.leaf(key)) }
 
+// GetString is Get of a string key.
+func (b *Bucket) GetString(key string) []byte { return b.tx.get(b.leafString(key)) }
+
 // Put sets key to value.
 func (b *Bucket) Put(key, value []byte) error { return b.tx.set(b.leaf(key), value) }
+
+// putOwned is Put of a value the transaction may keep (Tx.setOwned).
+func (b *Bucket) putOwned(key, value []byte) error {
+	return b.tx.setOwned(b.leaf(key), value, true)
+}
+
+// threadID is the thread's id (the key of its bucket and index entries),
+// in the arena.
+func (tx *Tx) threadID(k store.Key) []byte {
+	id := tx.alloc(len(k.Tenant) + 1 + len(k.Thread))
+	id = append(append(id, k.Tenant...), 0)
+	return append(id, k.Thread...)
+}
+
+// runKey is runKey(k, run), in the arena.
+func (tx *Tx) runKey(k store.Key, run string) []byte {
+	id := tx.alloc(len(k.Tenant) + 1 + len(k.Thread) + 1 + len(run))
+	id = append(append(id, k.Tenant...), 0)
+	id = append(append(id, k.Thread...), 0)
+	return append(id, run...)
+}
+
+// PutString is Put of a string key.
+func (b *Bucket) PutString(key string, value []byte) error {
+	return b.tx.set(b.leafString(key), value)
+}
 
 // asRead has the committer treat key as read by this transaction
 // (recorded in its fills), so that the value it is about to write enters
@@ -158,10 +305,10 @@ func (tx *Tx) asRead(key []byte) {
 		return
 	}
 	if tx.fills == nil {
-		tx.fills = make(map[string]hotVal, 8)
+		tx.fills = make(map[string]*hotVal, 8)
 	}
 	if _, ok := tx.fills[string(key)]; !ok {
-		tx.fills[string(key)] = hotVal{} // the write (wrote) puts the value in
+		tx.fills[string(key)] = tx.newVal(hotVal{}) // the write (wrote) puts the value in
 	}
 }
 
@@ -171,7 +318,7 @@ func (b *Bucket) Delete(key []byte) error {
 		return errReadOnly
 	}
 	k := b.leaf(key)
-	b.tx.wrote(k, hotVal{})
+	b.tx.wrote(k, hotVal{}, false)
 	return b.tx.w.Delete(k, nil)
 }
 
@@ -190,8 +337,10 @@ func (b *Bucket) ForEach(fn func(k, v []byte) error) error {
 // Cursor walks b's leaves. A key and value it returns are valid until the
 // next move; writes made after the cursor opened are not seen.
 func (b *Bucket) Cursor() *Cursor {
-	lower := append(append([]byte{}, b.prefix...), tagLeaf)
-	upper := append(append([]byte{}, b.prefix...), tagLeaf+1)
+	lower := append(b.tx.alloc(len(b.prefix)+1), b.prefix...)
+	lower = append(lower, tagLeaf)
+	upper := append(b.tx.alloc(len(b.prefix)+1), b.prefix...)
+	upper = append(upper, tagLeaf+1)
 	it, err := b.tx.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		b.tx.fail(err)
@@ -271,19 +420,26 @@ func (tx *Tx) get(key []byte) []byte {
 	return v
 }
 
-func (tx *Tx) set(key, value []byte) error {
+func (tx *Tx) set(key, value []byte) error { return tx.setOwned(key, value, false) }
+
+// setOwned is set; owned says the transaction may keep value (a slice no
+// one else holds or changes), so the hot cache need not copy it.
+func (tx *Tx) setOwned(key, value []byte, owned bool) error {
 	if tx.w == nil {
 		return errReadOnly
 	}
-	tx.wrote(key, hotVal{v: value, ok: true})
+	tx.wrote(key, hotVal{v: value, ok: true}, owned)
 	return tx.w.Set(key, value, nil)
 }
 
 // getHot is get in the committer: from this transaction's fills, the hot
 // cache, or the batch (recorded in the fills).
 func (tx *Tx) getHot(key []byte) []byte {
-	hv, ok := tx.fills[string(key)]
-	if !ok {
+	p, ok := tx.fills[string(key)]
+	var hv hotVal
+	if ok {
+		hv = *p
+	} else {
 		// A value found in the cache is recorded as read too, so that
 		// a write of it keeps it cached (wrote) instead of dropping it.
 		if hv, ok = tx.hot.get(key); !ok {
@@ -300,9 +456,13 @@ func (tx *Tx) getHot(key []byte) []byte {
 			}
 		}
 		if tx.fills == nil {
-			tx.fills = make(map[string]hotVal, 8)
+			tx.fills = make(map[string]*hotVal, 8)
 		}
-		tx.fills[string(key)] = hv
+		if hv.key != "" {
+			tx.fills[hv.key] = tx.newVal(hv)
+		} else {
+			tx.fills[string(key)] = tx.newVal(hv)
+		}
 	}
 	if !hv.ok {
 		return nil
@@ -312,15 +472,15 @@ func (tx *Tx) getHot(key []byte) []byte {
 
 // wrote keeps the fills and the hot cache true to a write of key: a value
 // this transaction read takes the written one, any other leaves the cache.
-func (tx *Tx) wrote(key []byte, hv hotVal) {
+func (tx *Tx) wrote(key []byte, hv hotVal, owned bool) {
 	if tx.hot == nil {
 		return
 	}
-	if _, ok := tx.fills[string(key)]; ok {
-		if hv.ok {
+	if p, ok := tx.fills[string(key)]; ok {
+		if hv.ok && !owned {
 			hv.v = append([]byte{}, hv.v...)
 		}
-		tx.fills[string(key)] = hv
+		*p = hv
 		return
 	}
 	tx.hot.drop(key)

@@ -45,7 +45,6 @@ func getRec[T record](b *Bucket, key []byte, v *T) (bool, error) {
 	d := new(T)
 	*d = *v
 	hv.dec = d
-	tx.fills[string(k)] = hv
 	return true, nil
 }
 
@@ -59,7 +58,7 @@ func putRec[T record](b *Bucket, key []byte, v *T) error {
 		raw = appendRunJSON(make([]byte, 0, 256), r)
 	}
 	k := b.leaf(key)
-	if err := b.tx.set(k, raw); err != nil {
+	if err := b.tx.setOwned(k, raw, true); err != nil {
 		return err
 	}
 	if hv, ok := b.tx.fills[string(k)]; ok && b.tx.hot != nil && roundTrips(v) {
@@ -67,7 +66,6 @@ func putRec[T record](b *Bucket, key []byte, v *T) error {
 		*d = *v
 		own(d) // v may hold the caller's slices (store.Finish is never kept)
 		hv.dec = d
-		b.tx.fills[string(k)] = hv
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func (s *Store) markLost(tx *Tx, tb *Bucket, k store.Key, m *threadMeta, id stri
 	if m.LeaseRun == id {
 		m.LeaseRun, m.LeaseOwner, m.LeaseToken, m.LeaseExp = "", "", 0, 0
 	}
-	if err := tx.Bucket(bActive).Delete([]byte(runKey(k, id))); err != nil {
+	if err := tx.Bucket(bActive).Delete(tx.runKey(k, id)); err != nil {
 		return false, err
 	}
 	if r == nil || r.Status != store.Running {
@@ -73,9 +74,18 @@ func (s *Store) markLost(tx *Tx, tb *Bucket, k store.Key, m *threadMeta, id stri
 	return true, putRun(tb, id, r)
 }
 
+// expireEvents has Sweep drop the ended run's event log after the
+// retention. A run that logged no event has no log to drop and gets no
+// entry (one key fewer a turn, each an insert in the memtable), as Redis
+// sets no expiry on a log key that does not exist.
 func (s *Store) expireEvents(tx *Tx, k store.Key, id string, r *runRec, now int64) error {
+	if r.Events == 0 {
+		return nil
+	}
 	r.EvExp = now + s.opts.EventRetention.Milliseconds()
-	return tx.Bucket(bEvExp).Put(append(u64(uint64(r.EvExp)), runKey(k, id)...), nil)
+	rk := tx.runKey(k, id)
+	key := binary.BigEndian.AppendUint64(tx.alloc(8+len(rk)), uint64(r.EvExp))
+	return tx.Bucket(bEvExp).Put(append(key, rk...), nil)
 }
 
 // StartRun takes the lease and creates the run, or returns the existing one.
@@ -156,7 +166,7 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		if err := tx.Bucket(bRunIDs).Put(rid, []byte(k.Thread)); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bActive).Put([]byte(runKey(k, sr.RunID)), nil); err != nil {
+		if err := tx.Bucket(bActive).Put(tx.runKey(k, sr.RunID), nil); err != nil {
 			return err
 		}
 		return addSubject(tx, tb, k, sr.Subject)
@@ -488,7 +498,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 		if m.Created != 0 {
 			m.Updated = now
 		}
-		if err := tx.Bucket(bActive).Delete([]byte(runKey(l.Key, l.RunID))); err != nil {
+		if err := tx.Bucket(bActive).Delete(tx.runKey(l.Key, l.RunID)); err != nil {
 			return err
 		}
 		if err := putMeta(tb, &m); err != nil {

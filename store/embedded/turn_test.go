@@ -15,7 +15,8 @@ import (
 // one-message request and its reply in replace mode, with usage. NoSync:
 // the CPU of the steps, not the log's write. gets/turn counts the reads
 // that missed the committer's hot cache (each a pebble Get: a memtable
-// skiplist seek and the tables' filters).
+// skiplist seek and the tables' filters); keys/turn the keys the turn's
+// batches set or delete (each an insert in the memtable's skiplist).
 func BenchmarkChatTurn(b *testing.B) { chatTurns(b, 32, 0) }
 
 // BenchmarkChatTurnLong is BenchmarkChatTurn on threads of 200 messages
@@ -69,7 +70,7 @@ func chatTurns(b *testing.B, threads, history int) {
 		turn(i)
 	}
 	b.ReportAllocs()
-	misses := s.hot.misses
+	misses, written := s.hot.misses, s.keys.Load()
 	b.ResetTimer()
 	n := 0
 	for i := 4 * threads; b.Loop(); i++ {
@@ -77,4 +78,5 @@ func chatTurns(b *testing.B, threads, history int) {
 		n++
 	}
 	b.ReportMetric(float64(s.hot.misses-misses)/float64(n), "gets/turn")
+	b.ReportMetric(float64(s.keys.Load()-written)/float64(n), "keys/turn")
 }
