@@ -614,41 +614,41 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 		// lease is the finish script's to report.
 		s.queueAppend(b, l, f.EventsFrom, f.Events)
 	}
-	for _, body := range []struct {
-		field string
-		v     []byte
-	}{{"partial", f.Partial}, {"resp", f.Response}, {"up", f.UpstreamBody}} {
-		if body.field != "partial" && len(body.v) >= blobMin {
-			// Staged like a large message (flag '2'); the script moves
-			// it to a key of the run's own.
-			name := l.RunID + ":" + body.field
-			b.pipe.Set(ctx, s.prefix(l.Key)+"stage:"+name, body.v, stageTTL)
-			b.size += len(body.v)
-			args = append(args, "2", name)
-			continue
-		}
-		bf, bv := blob(body.v)
-		args = append(args, bf, bv)
-	}
-	args = append(args, f.Resumes, s.opts.EventRetention.Milliseconds())
-	if f.Transcript != nil {
+	args = s.bodyArgs(b, l, "resp", f.Response, args)
+	args = append(args, s.opts.EventRetention.Milliseconds())
+	if t := f.Transcript; t != nil {
 		args = append(args, "1")
-		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, f.Transcript, sys)...)
-		args = append(args, f.Transcript.BaseDigest, f.Transcript.BaseLen)
+		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, t, sys)...)
+		if f.Model != "" {
+			// The finish's own model is the one the thread keeps (its
+			// HSET sets it last): the transcript's need not go.
+			args[len(args)-2] = ""
+		}
+		args = append(args, t.BaseDigest, t.BaseLen)
 	} else {
 		args = append(args, "0", 0, "", "", "0", "", "", "", "", "", "", "", 0)
 	}
-	args = append(args, len(f.Interrupts))
-	for _, in := range f.Interrupts {
-		args = append(args, in.CallID, in.Name)
-	}
-	args = append(args, len(f.Resolve))
-	for _, id := range f.Resolve {
-		args = append(args, id)
-	}
-	args = append(args, len(f.Cancel))
-	for _, id := range f.Cancel {
-		args = append(args, id)
+	// The rare arguments go only when one of them is set (the script's
+	// flag '1'): each argument costs every finish its conversion into Lua.
+	if f.Partial == nil && f.UpstreamBody == nil && f.Resumes == "" && len(f.Interrupts) == 0 && len(f.Resolve) == 0 && len(f.Cancel) == 0 {
+		args = append(args, "")
+	} else {
+		args = append(args, "1")
+		bf, bv := blob(f.Partial)
+		args = append(args, bf, bv)
+		args = s.bodyArgs(b, l, "up", f.UpstreamBody, args)
+		args = append(args, f.Resumes, len(f.Interrupts))
+		for _, in := range f.Interrupts {
+			args = append(args, in.CallID, in.Name)
+		}
+		args = append(args, len(f.Resolve))
+		for _, id := range f.Resolve {
+			args = append(args, id)
+		}
+		args = append(args, len(f.Cancel))
+		for _, id := range f.Cancel {
+			args = append(args, id)
+		}
 	}
 	member := activeMember(l.Key, l.RunID)
 	if f.Transcript != nil {
@@ -668,6 +668,21 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 		b.wait = b.pipe.Do(ctx, "WAIT", 1, replicaWait.Milliseconds())
 	}
 	return cmd, keys[0]
+}
+
+// bodyArgs appends a response or upstream body's flag and value to args.
+// A body of blobMin bytes or more is staged like a large message (flag
+// '2', the value names the stage); the script moves it to a key of the
+// run's own.
+func (s *Store) bodyArgs(b *batch, l store.Lease, field string, v []byte, args []any) []any {
+	if len(v) >= blobMin {
+		name := l.RunID + ":" + field
+		b.pipe.Set(b.ctx, s.prefix(l.Key)+"stage:"+name, v, stageTTL)
+		b.size += len(v)
+		return append(args, "2", name)
+	}
+	bf, bv := blob(v)
+	return append(args, bf, bv)
 }
 
 // finishReply reads the finish script's answer.
