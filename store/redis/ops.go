@@ -420,7 +420,9 @@ func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int6
 func newAttempt() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var h [16]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // started reads StartRun's replies into its result.
@@ -428,7 +430,6 @@ func newAttempt() string {
 //go:noinline
 func (s *Store) started(ctx context.Context, sr *store.StartRun, claimCmd, startCmd *redis.Cmd, now, exp int64) (*store.Started, error) {
 	k := sr.Key
-	member := activeMember(k, sr.RunID)
 	r := result(startCmd.Val())
 	if str(r[0]) == "taken" {
 		return nil, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
@@ -443,7 +444,7 @@ func (s *Store) started(ctx context.Context, sr *store.StartRun, claimCmd, start
 			return
 		}
 		pipe := s.c.Pipeline()
-		pipe.ZRem(ctx, s.active(), member)
+		pipe.ZRem(ctx, s.active(), activeMember(k, sr.RunID))
 		if claim == 2 {
 			unclaimScript.Eval(ctx, pipe, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
 		}
