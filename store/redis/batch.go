@@ -20,11 +20,13 @@ import (
 // in their order, once. Commands that ran are never sent again, so a
 // re-send cannot apply anything twice.
 type batch struct {
+	argArena
 	ctx     context.Context
 	pipe    redis.Pipeliner
 	scripts []queuedScript
-	cmds    []redis.Cmder // pipe's commands, kept when exec sends them
-	size    int           // bytes of the scripts' string and []byte arguments
+	script1 [2]queuedScript // scripts' first backing array
+	cmds    []redis.Cmder   // pipe's commands, kept when exec sends them
+	size    int             // bytes of the scripts' string and []byte arguments
 
 	sent   chan struct{} // closed when a lane has sent it
 	onSent func(error)   // an asynchronous batch's caller (execAsync)
@@ -36,37 +38,128 @@ type batch struct {
 }
 
 // queuedScript is a script queued as EVALSHA. Its arguments are the
-// command's own (cmd.Args() past the keys), not the caller's slice, which
-// is garbage once queued: a finish queued behind others in a burst holds
-// one copy of its arguments, not two.
+// command's own (cmd.Args() past the keys), not a copy: a finish queued
+// behind others in a burst holds one copy of its arguments, not two.
 type queuedScript struct {
-	sc   *redis.Script
-	keys []string
-	cmd  *redis.Cmd
+	sc    *redis.Script
+	nkeys int
+	cmd   *redis.Cmd
+}
+
+// keys are the script's keys as queued.
+func (q *queuedScript) keys() []string {
+	a := q.cmd.Args()[3 : 3+q.nkeys]
+	keys := make([]string, len(a))
+	for i, k := range a {
+		keys[i] = argString(k)
+	}
+	return keys
 }
 
 // args are the script's arguments as queued: EVALSHA, the hash, the key
 // count, the keys, then these.
-func (q *queuedScript) args() []any { return q.cmd.Args()[3+len(q.keys):] }
+func (q *queuedScript) args() []any { return q.cmd.Args()[3+q.nkeys:] }
 
-func (s *Store) batch(ctx context.Context) *batch {
-	return &batch{ctx: ctx, pipe: s.c.Pipeline()}
+// argString is a string argument as queued: a string, or a *string
+// (batch.str).
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case *string:
+		return *v
+	}
+	return ""
 }
 
-// script queues sc as EVALSHA; its result lands in the returned Cmd, also
-// when exec had to re-send it.
-func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := b.pipe.EvalSha(b.ctx, sc.Hash(), keys, args...)
-	b.scripts = append(b.scripts, queuedScript{sc, keys, cmd})
-	for _, a := range args {
+// argArena holds a step's string and integer script arguments: go-redis
+// takes arguments as any, and boxing a string, or an int64 past 255, into
+// an any allocates each time, while a pointer boxes without allocating
+// and go-redis writes a *string or *int64 as its value. So a step's
+// arguments cost one allocation, the batch's, instead of one apiece. The
+// arena lives in the batch, which the commands' arguments then keep alive
+// as long as they are referenced.
+type argArena struct {
+	strs [20]string
+	ints [6]int64
+	ns   int
+	ni   int
+}
+
+// str returns v boxed without allocating (a *string into the arena; ""
+// and, once the arena is full, v itself).
+func (a *argArena) str(v string) any {
+	if v == "" || a.ns == len(a.strs) {
+		return v
+	}
+	a.strs[a.ns] = v
+	a.ns++
+	return &a.strs[a.ns-1]
+}
+
+// int returns v boxed without allocating (Go boxes 0-255 from a static
+// table; others go into the arena).
+func (a *argArena) int(v int64) any {
+	if (v >= 0 && v < 256) || a.ni == len(a.ints) {
+		return v
+	}
+	a.ints[a.ni] = v
+	a.ni++
+	return &a.ints[a.ni-1]
+}
+
+// scriptSHA holds each script's hash boxed once (an EVALSHA argument).
+var scriptSHA = func() map[*redis.Script]any {
+	m := make(map[*redis.Script]any, len(scripts)+1)
+	for _, sc := range append(scripts, forkScript) {
+		m[sc] = sc.Hash()
+	}
+	return m
+}()
+
+func (s *Store) batch(ctx context.Context) *batch {
+	b := &batch{ctx: ctx, pipe: s.c.Pipeline()}
+	b.scripts = b.script1[:0]
+	return b
+}
+
+// evalArgs starts the argument list of an EVALSHA with room for n keys and
+// arguments (see evalsha).
+func evalArgs(n int) []any { return make([]any, 3, 3+n) }
+
+// evalsha queues sc as EVALSHA with args, made by evalArgs: its first
+// three places are filled here, then come the nkeys keys and the
+// script's arguments. The result lands in the returned Cmd, also when
+// exec had to re-send it.
+func (b *batch) evalsha(sc *redis.Script, nkeys int, args []any) *redis.Cmd {
+	sha, ok := scriptSHA[sc]
+	if !ok {
+		sha = sc.Hash()
+	}
+	args[0], args[1], args[2] = "evalsha", sha, nkeys
+	cmd := b.pipe.Do(b.ctx, args...)
+	b.scripts = append(b.scripts, queuedScript{sc, nkeys, cmd})
+	for _, a := range args[3+nkeys:] {
 		switch v := a.(type) {
 		case string:
 			b.size += len(v)
+		case *string:
+			b.size += len(*v)
 		case []byte:
 			b.size += len(v)
 		}
 	}
 	return cmd
+}
+
+// script queues sc as EVALSHA with keys and args (evalsha for a caller
+// that builds the argument list itself).
+func (b *batch) script(sc *redis.Script, keys []string, args ...any) *redis.Cmd {
+	a := evalArgs(len(keys) + len(args))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return b.evalsha(sc, len(keys), append(a, args...))
 }
 
 // sender groups the batches of concurrent callers into shared round trips,
@@ -322,7 +415,7 @@ func (b *batch) result(s *Store) error {
 		pipe := s.c.Pipeline()
 		evals := make([]*redis.Cmd, len(again))
 		for i, q := range again {
-			evals[i] = q.sc.Eval(b.ctx, pipe, q.keys, q.args()...)
+			evals[i] = q.sc.Eval(b.ctx, pipe, q.keys(), q.args()...)
 		}
 		if _, err := pipe.Exec(b.ctx); err != nil && !errors.Is(err, redis.Nil) && !isRedisErr(err) {
 			return err

@@ -37,6 +37,8 @@ func (h *scriptArgs) see(cmds []redis.Cmder) {
 			switch v := a.(type) {
 			case string:
 				h.largest = max(h.largest, len(v))
+			case *string:
+				h.largest = max(h.largest, len(*v))
 			case []byte:
 				h.largest = max(h.largest, len(v))
 			}

@@ -23,6 +23,8 @@ func (h *argBytes) count(cmd redis.Cmder) {
 		switch v := a.(type) {
 		case string:
 			h.n.Add(int64(len(v)))
+		case *string:
+			h.n.Add(int64(len(*v)))
 		case []byte:
 			h.n.Add(int64(len(v)))
 		default:

@@ -40,8 +40,9 @@ func (s *Store) AppendEvents(ctx context.Context, l store.Lease, first int64, ev
 
 // queueAppend queues the append script for events first, first+1, … in b.
 func (s *Store) queueAppend(b *batch, l store.Lease, first int64, events [][]byte) *redis.Cmd {
-	return b.script(appendScript, []string{s.meta(l.Key)}, l.RunID, l.Token, first, s.opts.EventRetention.Milliseconds(), s.opts.MaxEvents,
-		len(events), eventsBatch(events))
+	args := append(evalArgs(8), b.str(s.meta(l.Key)), b.str(l.RunID), b.int(l.Token), b.int(first), s.retention, b.int(int64(s.opts.MaxEvents)),
+		b.int(int64(len(events))), eventsBatch(events))
+	return b.evalsha(appendScript, 1, args)
 }
 
 // eventsBatch packs events as one value: "<length>:<event>" for each.

@@ -86,7 +86,7 @@ func (s *Store) ForkThread(ctx context.Context, f store.Fork) (store.Thread, err
 	name := "fork-" + newAttempt()
 	sys := sendSystem(&t)
 	sys.blob = true // the script writes the blob: it has none to compare a sum with
-	args := append([]any{now, f.From.Thread, f.At, f.Run}, s.transcriptArgs(b, f.To, name, &t, sys)...)
+	args := s.transcriptArgs(b, []any{now, f.From.Thread, f.At, f.Run}, f.To, name, &t, sys)
 	args = append(args, len(f.Subjects))
 	for _, subject := range f.Subjects {
 		args = append(args, subject)

@@ -82,8 +82,11 @@ type Store struct {
 	ownClient bool
 	opts      Options
 	pre       string
-	cluster   bool
-	waitAOF   atomic.Int32 // 0 unknown, 1 supported, 2 unsupported
+	// The keys that do not depend on a thread, and the event retention,
+	// boxed once as script arguments (see argArena).
+	kThreads, kTenants, kActive, retention any
+	cluster                                bool
+	waitAOF                                atomic.Int32 // 0 unknown, 1 supported, 2 unsupported
 	// replicas is how many replicas the master had when last asked
 	// (watchReplicas); while there are any, a finish waits for one of
 	// them to have it (WAIT), so a failover cannot lose it.
@@ -197,6 +200,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: key prefix has a brace", store.ErrInvalid)
 	}
 	s := &Store{opts: opts, pre: opts.KeyPrefix}
+	s.kThreads, s.kTenants, s.kActive = s.allThreads(), s.tenants(), s.active()
+	s.retention = opts.EventRetention.Milliseconds()
 	s.startSenders()
 	if opts.Client != nil {
 		s.c = opts.Client
@@ -308,7 +313,9 @@ func (s *Store) now() int64 { return s.opts.Now().UnixMilli() }
 
 // Key names. A thread's keys share the tag {<tenant>/<thread>}.
 func (s *Store) prefix(k store.Key) string { return s.pre + "{" + k.Tenant + "/" + k.Thread + "}:" }
-func (s *Store) meta(k store.Key) string   { return s.prefix(k) + "meta" }
+func (s *Store) meta(k store.Key) string {
+	return s.pre + "{" + k.Tenant + "/" + k.Thread + "}:meta" // one allocation
+}
 func (s *Store) tenantThreads(t string) string {
 	return s.pre + "t:{" + t + "}:threads"
 }

@@ -185,7 +185,7 @@ func (s *Store) stage(b *batch, k store.Key, run string, msgs [][]byte, args []a
 		key := s.prefix(k) + "stage:" + name
 		b.pipe.Set(b.ctx, key, m, stageTTL)
 		b.size += len(m)
-		args = append(args, "\x00"+name)
+		args = append(args, b.str("\x00"+name))
 	}
 	return args
 }
@@ -238,11 +238,12 @@ func sendSystem(t *store.Transcript) systemSend {
 	return systemSend{sum: string(sum[:])}
 }
 
-// transcriptArgs is a transcript write's arguments up to its messages. A
+// transcriptArgs appends a transcript write's arguments up to its
+// messages to args. A
 // system blob of blobMin bytes or more goes by its sum alone ('3'), unless
 // sys.blob: then it is staged in b ('2'); a smaller one goes whole ('1').
 // See sysready in the scripts.
-func (s *Store) transcriptArgs(b *batch, k store.Key, run string, t *store.Transcript, sys systemSend) []any {
+func (s *Store) transcriptArgs(b *batch, args []any, k store.Key, run string, t *store.Transcript, sys systemSend) []any {
 	hassys, blob := "0", ""
 	switch {
 	case t.System == nil:
@@ -256,7 +257,8 @@ func (s *Store) transcriptArgs(b *batch, k store.Key, run string, t *store.Trans
 		b.size += len(t.System)
 		hassys, blob = "2", name
 	}
-	return []any{t.Keep, string(t.KeepHash[:]), hashBlob(t.Hashes), hassys, sys.sum, blob, t.Connection, t.Format, t.Model, t.Digest}
+	return append(args, b.int(int64(t.Keep)), b.str(string(t.KeepHash[:])), b.str(hashBlob(t.Hashes)), hassys, b.str(sys.sum), b.str(blob),
+		b.str(t.Connection), b.str(t.Format), b.str(t.Model), b.str(t.Digest))
 }
 
 // loadFlag is the start script's load argument: '0' no thread, '1' the
@@ -325,10 +327,12 @@ func (s *Store) saveTranscript(ctx context.Context, l store.Lease, t *store.Tran
 func (s *Store) saveBatch(ctx context.Context, l store.Lease, t *store.Transcript, sys systemSend) (*batch, *redis.Cmd) {
 	now := s.now()
 	b := s.batch(ctx)
-	args := append([]any{l.RunID, l.Token, now}, s.transcriptArgs(b, l.Key, l.RunID, t, sys)...)
-	args = append(args, t.BaseDigest, t.BaseLen)
+	args := evalArgs(16 + len(t.Messages))
+	args = append(args, b.str(s.meta(l.Key)), b.str(l.RunID), b.int(l.Token), b.int(now))
+	args = s.transcriptArgs(b, args, l.Key, l.RunID, t, sys)
+	args = append(args, b.str(t.BaseDigest), b.int(int64(t.BaseLen)))
 	args = s.stage(b, l.Key, l.RunID, t.Messages, args)
-	cmd := b.script(saveScript, []string{s.meta(l.Key)}, args...)
+	cmd := b.evalsha(saveScript, 1, args)
 	s.queueIndex(ctx, b.pipe, l.Key, now, true)
 	return b, cmd
 }
@@ -401,9 +405,10 @@ func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int6
 	} else {
 		// One node: the script claims the run id and registers the run for
 		// the sweeper itself, and undoes both when it refuses.
-		startCmd = b.script(startScript, []string{s.meta(k), s.tenantRuns(k.Tenant), s.active()}, sr.RunID, sr.Owner, exp, now,
-			sr.Fingerprint, startRecord(sr.Model, now, sr.Owner, exp), s.opts.EventRetention.Milliseconds(), loadFlag(*sr), sr.KnownDigest,
-			k.Thread, k.Tenant+"/"+k.Thread, attempt)
+		args := append(evalArgs(15), b.str(s.meta(k)), b.str(s.tenantRuns(k.Tenant)), s.kActive,
+			b.str(sr.RunID), b.str(sr.Owner), b.int(exp), b.int(now), b.str(sr.Fingerprint), startRecord(sr.Model, now, sr.Owner, exp),
+			s.retention, loadFlag(*sr), b.str(sr.KnownDigest), b.str(k.Thread), b.str(k.Tenant+"/"+k.Thread), b.str(attempt))
+		startCmd = b.evalsha(startScript, 3, args)
 	}
 	if sr.Subject != "" {
 		s.addSubject(ctx, b.pipe, k, sr.Subject)
@@ -415,7 +420,9 @@ func (s *Store) sendStart(ctx context.Context, sr *store.StartRun, now, exp int6
 func newAttempt() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var h [16]byte
+	hex.Encode(h[:], b[:])
+	return string(h[:])
 }
 
 // started reads StartRun's replies into its result.
@@ -423,7 +430,6 @@ func newAttempt() string {
 //go:noinline
 func (s *Store) started(ctx context.Context, sr *store.StartRun, claimCmd, startCmd *redis.Cmd, now, exp int64) (*store.Started, error) {
 	k := sr.Key
-	member := activeMember(k, sr.RunID)
 	r := result(startCmd.Val())
 	if str(r[0]) == "taken" {
 		return nil, fmt.Errorf("run %s belongs to another thread: %w", sr.RunID, store.ErrConflict)
@@ -438,7 +444,7 @@ func (s *Store) started(ctx context.Context, sr *store.StartRun, claimCmd, start
 			return
 		}
 		pipe := s.c.Pipeline()
-		pipe.ZRem(ctx, s.active(), member)
+		pipe.ZRem(ctx, s.active(), activeMember(k, sr.RunID))
 		if claim == 2 {
 			unclaimScript.Eval(ctx, pipe, []string{s.tenantRuns(k.Tenant)}, sr.RunID, k.Thread)
 		}
@@ -594,80 +600,101 @@ func (b *batch) replicated() error {
 //
 //go:noinline
 func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *store.Finish, sys systemSend) (*redis.Cmd, string) {
-	args := make([]any, 0, 40+len(f.Interrupts)*2+len(f.Resolve)+len(f.Cancel))
-	now := s.now()
-	keys := []string{s.meta(l.Key)}
-	if !s.cluster {
-		keys = append(keys, s.tenantThreads(l.Key.Tenant), s.allThreads(), s.tenants(), s.active())
-		args = append(args, l.Key.Thread, l.Key.Tenant, l.Key.Tenant+"/"+l.Key.Thread)
+	n := 45 + len(f.Interrupts)*2 + len(f.Resolve) + len(f.Cancel)
+	if f.Transcript != nil {
+		n += len(f.Transcript.Messages)
 	}
-	args = append(args, l.RunID, l.Token, now, string(f.Status), finishRecord(f, now))
+	args := evalArgs(n)
+	now := s.now()
+	meta := s.meta(l.Key)
+	nkeys := 1
+	args = append(args, b.str(meta))
+	if !s.cluster {
+		nkeys = 5
+		args = append(args, b.str(s.tenantThreads(l.Key.Tenant)), s.kThreads, s.kTenants, s.kActive)
+		args = append(args, b.str(l.Key.Thread), b.str(l.Key.Tenant), b.str(l.Key.Tenant+"/"+l.Key.Thread))
+	}
+	args = append(args, b.str(l.RunID), b.int(l.Token), b.int(now), b.str(string(f.Status)), finishRecord(f, now))
 	if u := f.Usage; u != nil {
-		args = append(args, u.InputTokens, u.OutputTokens, u.CachedTokens, u.ReasoningTokens)
+		args = append(args, b.int(u.InputTokens), b.int(u.OutputTokens), b.int(u.CachedTokens), b.int(u.ReasoningTokens))
 	} else {
 		args = append(args, "0", "0", "0", "0")
 	}
-	args = append(args, f.Model)
+	args = append(args, b.str(f.Model))
 	if len(f.Events) > 0 {
 		// Ahead of the finish script, in the same round trip. Its answer
 		// is not read: a gap drops the events (store.Finish), and a fenced
 		// lease is the finish script's to report.
 		s.queueAppend(b, l, f.EventsFrom, f.Events)
 	}
-	for _, body := range []struct {
-		field string
-		v     []byte
-	}{{"partial", f.Partial}, {"resp", f.Response}, {"up", f.UpstreamBody}} {
-		if body.field != "partial" && len(body.v) >= blobMin {
-			// Staged like a large message (flag '2'); the script moves
-			// it to a key of the run's own.
-			name := l.RunID + ":" + body.field
-			b.pipe.Set(ctx, s.prefix(l.Key)+"stage:"+name, body.v, stageTTL)
-			b.size += len(body.v)
-			args = append(args, "2", name)
-			continue
-		}
-		bf, bv := blob(body.v)
-		args = append(args, bf, bv)
-	}
-	args = append(args, f.Resumes, s.opts.EventRetention.Milliseconds())
-	if f.Transcript != nil {
+	args = s.bodyArgs(b, l, "resp", f.Response, args)
+	args = append(args, s.retention)
+	if t := f.Transcript; t != nil {
 		args = append(args, "1")
-		args = append(args, s.transcriptArgs(b, l.Key, l.RunID, f.Transcript, sys)...)
-		args = append(args, f.Transcript.BaseDigest, f.Transcript.BaseLen)
+		args = s.transcriptArgs(b, args, l.Key, l.RunID, t, sys)
+		if f.Model != "" {
+			// The finish's own model is the one the thread keeps (its
+			// HSET sets it last): the transcript's need not go.
+			args[len(args)-2] = ""
+		}
+		args = append(args, b.str(t.BaseDigest), b.int(int64(t.BaseLen)))
 	} else {
 		args = append(args, "0", 0, "", "", "0", "", "", "", "", "", "", "", 0)
 	}
-	args = append(args, len(f.Interrupts))
-	for _, in := range f.Interrupts {
-		args = append(args, in.CallID, in.Name)
+	// The rare arguments go only when one of them is set (the script's
+	// flag '1'): each argument costs every finish its conversion into Lua.
+	if f.Partial == nil && f.UpstreamBody == nil && f.Resumes == "" && len(f.Interrupts) == 0 && len(f.Resolve) == 0 && len(f.Cancel) == 0 {
+		args = append(args, "")
+	} else {
+		args = append(args, "1")
+		bf, bv := blob(f.Partial)
+		args = append(args, bf, bv)
+		args = s.bodyArgs(b, l, "up", f.UpstreamBody, args)
+		args = append(args, f.Resumes, len(f.Interrupts))
+		for _, in := range f.Interrupts {
+			args = append(args, in.CallID, in.Name)
+		}
+		args = append(args, len(f.Resolve))
+		for _, id := range f.Resolve {
+			args = append(args, id)
+		}
+		args = append(args, len(f.Cancel))
+		for _, id := range f.Cancel {
+			args = append(args, id)
+		}
 	}
-	args = append(args, len(f.Resolve))
-	for _, id := range f.Resolve {
-		args = append(args, id)
-	}
-	args = append(args, len(f.Cancel))
-	for _, id := range f.Cancel {
-		args = append(args, id)
-	}
-	member := activeMember(l.Key, l.RunID)
 	if f.Transcript != nil {
 		args = s.stage(b, l.Key, l.RunID, f.Transcript.Messages, args)
 	}
-	cmd := b.script(finishScript, keys, args...)
+	cmd := b.evalsha(finishScript, nkeys, args)
 	if s.cluster {
 		// The index writes use now, the time the script writes as updated
 		// (see queueIndex for a refused finish). On a single node the
 		// script does them, and the sweeper entry's removal, itself.
 		s.queueIndex(ctx, b.pipe, l.Key, now, f.Transcript != nil)
-		b.pipe.ZRem(ctx, s.active(), member)
+		b.pipe.ZRem(ctx, s.active(), activeMember(l.Key, l.RunID))
 	}
 	if s.replicas.Load() > 0 {
 		// On the finish's own connection, after it: WAIT counts the
 		// replicas that have every write the connection made.
 		b.wait = b.pipe.Do(ctx, "WAIT", 1, replicaWait.Milliseconds())
 	}
-	return cmd, keys[0]
+	return cmd, meta
+}
+
+// bodyArgs appends a response or upstream body's flag and value to args.
+// A body of blobMin bytes or more is staged like a large message (flag
+// '2', the value names the stage); the script moves it to a key of the
+// run's own.
+func (s *Store) bodyArgs(b *batch, l store.Lease, field string, v []byte, args []any) []any {
+	if len(v) >= blobMin {
+		name := l.RunID + ":" + field
+		b.pipe.Set(b.ctx, s.prefix(l.Key)+"stage:"+name, v, stageTTL)
+		b.size += len(v)
+		return append(args, "2", b.str(name))
+	}
+	bf, bv := blob(v)
+	return append(args, bf, bv)
 }
 
 // finishReply reads the finish script's answer.

@@ -468,25 +468,31 @@ return 1
 var finishScript = redis.NewScript(luaBase + luaEndlog + luaDropBlobs + luaTranscript + `
 -- ARGV past the index prefix (o: 3 with the index keys, else 0): o+1 run,
 -- tok, now, status, record, input, output, cached and reasoning tokens,
--- model, o+11 partial flag and value, response flag and value, upstream
--- flag and value, o+17 resumes, retention, o+19 transcript flag, keep,
--- keep hash, hash blob, hassys, syssum, sys, conn, fmt, model, digest,
--- o+30 base digest, base count (see checktr),
--- o+32 the interrupts' count and pairs, the resolved ones' count and ids,
--- the cancelled ones' count and ids, then the messages. finish keeps
--- everything in locals of its own (a closure's upvalues cost each call a
--- lookup apiece) and returns its reply, the messages and whether it
--- created the thread.
+-- model, o+11 response flag and value, o+13 retention, o+14 transcript
+-- flag, keep, keep hash, hash blob, hassys, syssum, sys, conn, fmt,
+-- model, digest, o+25 base digest, base count (see checktr), o+27 the
+-- rare arguments' flag: '1' when they follow (partial flag and value,
+-- upstream flag and value, resumes, the interrupts' count and pairs, the
+-- resolved ones' count and ids, the cancelled ones' count and ids), ''
+-- when they do not (none of them: each would cost every finish its
+-- conversion into Lua), then the messages. finish keeps everything in
+-- locals of its own (a closure's upvalues cost each call a lookup apiece)
+-- and returns its reply, the messages and whether it created the thread.
 local function finish(o)
   local run, tok, now, status, rec = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
-  local i = o + 32
+  local i = o + 28
   local intr, res, can, msgs = {}, {}, {}, {}
-  for j = 1, tonumber(ARGV[i]) do intr[j] = {ARGV[i + 2 * j - 1], ARGV[i + 2 * j]} end
-  i = i + 1 + 2 * #intr
-  for j = 1, tonumber(ARGV[i]) do res[j] = ARGV[i + j] end
-  i = i + 1 + #res
-  for j = 1, tonumber(ARGV[i]) do can[j] = ARGV[i + j] end
-  i = i + 1 + #can
+  local partf, partial, upf, up, resumes = '0', '', '0', '', ''
+  if ARGV[o + 27] == '1' then
+    partf, partial, upf, up, resumes = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+    i = i + 5
+    for j = 1, tonumber(ARGV[i]) do intr[j] = {ARGV[i + 2 * j - 1], ARGV[i + 2 * j]} end
+    i = i + 1 + 2 * #intr
+    for j = 1, tonumber(ARGV[i]) do res[j] = ARGV[i + j] end
+    i = i + 1 + #res
+    for j = 1, tonumber(ARGV[i]) do can[j] = ARGV[i + j] end
+    i = i + 1 + #can
+  end
   for j = i, #ARGV do msgs[#msgs + 1] = ARGV[j] end
   local rk = p .. 'run:' .. run
   local st = redis.call('HMGET', rk, 'st', 'ltok', 'reason', 'n', 'ev', 'fol')
@@ -511,29 +517,28 @@ local function finish(o)
   local mt = metaof()
   if not revived and (mt[1] ~= run or mt[2] ~= tok) then return {'fenced'}, msgs end
   local prk
-  local resumes = ARGV[o + 17]
   if resumes ~= '' then
     prk = p .. 'run:' .. resumes
     local pv = redis.call('HMGET', prk, 'st', 'rby')
     if not pv[1] then return {'resumenotfound'}, msgs end
     if pv[1] ~= 'interrupted' or (pv[2] and pv[2] ~= run) then return {'illegal', pv[1]}, msgs end
   end
-  local respf, resp, upf, up = ARGV[o + 13], ARGV[o + 14], ARGV[o + 15], ARGV[o + 16]
+  local respf, resp = ARGV[o + 11], ARGV[o + 12]
   if respf == '2' and redis.call('EXISTS', p .. 'stage:' .. resp) == 0 then return {'conflict'}, msgs end
   if upf == '2' and redis.call('EXISTS', p .. 'stage:' .. up) == 0 then return {'conflict'}, msgs end
   -- Meta fields to set, in one HSET at the end (a field set twice takes
   -- its last value).
   local mset = {}
   local updated = mt[5] or ''
-  local trf, created = ARGV[o + 19], false
+  local trf, created = ARGV[o + 14], false
   if trf == '1' then
-    local base = ARGV[o + 30]
-    local n, known = checktr(mt, tonumber(ARGV[o + 20]), ARGV[o + 21], base, ARGV[o + 31])
+    local base = ARGV[o + 25]
+    local n, known = checktr(mt, tonumber(ARGV[o + 15]), ARGV[o + 16], base, ARGV[o + 26])
     if not n or not staged(msgs) then return {'conflict'}, msgs end
-    local hassys, syssum, sys = ARGV[o + 23], ARGV[o + 24], ARGV[o + 25]
+    local hassys, syssum, sys = ARGV[o + 18], ARGV[o + 19], ARGV[o + 20]
     local sr = sysready(mt, hassys, syssum, sys)
     if sr then return {sr}, msgs end
-    updated = writetr(mt, n, tonumber(ARGV[o + 20]), ARGV[o + 22], hassys, syssum, sys, ARGV[o + 26], ARGV[o + 27], ARGV[o + 28], msgs, now, ARGV[o + 29], mset, known, base)
+    updated = writetr(mt, n, tonumber(ARGV[o + 15]), ARGV[o + 17], hassys, syssum, sys, ARGV[o + 21], ARGV[o + 22], ARGV[o + 23], msgs, now, ARGV[o + 24], mset, known, base)
     created = not mt[4]
   end
   -- A body flagged '2' was staged (like a large message): it moves to a
@@ -546,7 +551,7 @@ local function finish(o)
   -- The record ends with the thread's message count after the finish
   -- (recEnd, Run.End): the transcript as the run left it.
   local e
-  if trf == '1' then e = tonumber(ARGV[o + 20]) + #msgs else e = redis.call('LLEN', p .. 'msgs') end
+  if trf == '1' then e = tonumber(ARGV[o + 15]) + #msgs else e = redis.call('LLEN', p .. 'msgs') end
   e = string.format('%d', e)
   rec = rec .. 'E' .. #e .. ':' .. e
   -- The run is running (or revived), so no finish has written its fields
@@ -557,7 +562,7 @@ local function finish(o)
     redis.call('HSET', rk, 'st', status, 'f', rec, 'resp', resp)
   end
   if revived then redis.call('HDEL', rk, 'reason', 'fin') end
-  if ARGV[o + 11] == '1' then redis.call('HSET', rk, 'partial', ARGV[o + 12]) end
+  if partf == '1' then redis.call('HSET', rk, 'partial', partial) end
   if upf == '2' then
     redis.call('RENAME', p .. 'stage:' .. up, rk .. ':up')
     redis.call('PERSIST', rk .. ':up')
@@ -593,7 +598,7 @@ local function finish(o)
   if mt[4] or trf == '1' then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
   if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
   -- The sweep ended a revived run's event log already.
-  if not revived then endlogof(run, ARGV[o + 18], st[5], st[6]) end
+  if not revived then endlogof(run, ARGV[o + 13], st[5], st[6]) end
   return {'ok', updated}, msgs, created
 end
 local o = 0
@@ -601,15 +606,15 @@ if KEYS[2] then o = 3 end
 local r, msgs, created = finish(o)
 if #msgs > 0 then dropstages(msgs) end
 -- What a write staged and did not use goes (a used stage was renamed).
-if ARGV[o + 13] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 14]) end
-if ARGV[o + 15] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 16]) end
-if ARGV[o + 23] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 25]) end
+if ARGV[o + 11] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 12]) end
+if ARGV[o + 27] == '1' and ARGV[o + 30] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 31]) end
+if ARGV[o + 18] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 20]) end
 -- needsys wrote nothing: the writer sends the finish again with the blob.
 if o == 0 or r[1] == 'needsys' then return r end
 local thr, tenant, tt, now = ARGV[1], ARGV[2], ARGV[3], ARGV[o + 3]
 local member = tt .. '/' .. ARGV[o + 1]
 if r[1] == 'ok' then
-  if ARGV[o + 19] == '1' then
+  if ARGV[o + 14] == '1' then
     redis.call('ZADD', KEYS[2], 'GT', now, thr)
     redis.call('ZADD', KEYS[3], 'GT', now, tt)
     -- A thread joins its tenant's set when it is created.

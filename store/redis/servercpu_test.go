@@ -213,7 +213,10 @@ func runTurns(b *testing.B, cl *redis.Client, turn func(k store.Key, run string)
 // Redis makes it a hash table (as any tenant's is soon). Workloads: chat (BenchmarkServerCPU/Chat's turn: the same 21
 // messages again, nothing to write), growing (2 messages appended), and
 // truncate (the proxy's replace mode: the same 20 messages and a new
-// answer, so the finish cuts the stored answer and appends the new one).
+// answer, so the finish cuts the stored answer and appends the new one),
+// and stream (a streamed replace turn: the pending turn's save of the
+// request's 20 messages, which cuts the stored answer, then a finish that
+// appends the new one with the stream's 20 events and no response body).
 // Count with the server under callgrind, twice with different counts, and
 // take the difference (what seeding and loading the scripts cost
 // cancels); see store/README.md, "What a turn costs the server":
@@ -241,6 +244,11 @@ func TestTurnInstructions(t *testing.T) {
 	defer s.Close()
 	resp := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"` + strings.Repeat("x", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":30}}`)
 	sess := "sess"
+	event := []byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
+	events := make([][]byte, 20)
+	for i := range events {
+		events[i] = event
+	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
@@ -280,11 +288,11 @@ func TestTurnInstructions(t *testing.T) {
 				th.msgs, th.hashes = msgs, hashes
 			}
 			next, nextH = msgs, hashes
-		case "truncate":
+		case "truncate", "stream":
 			answer, ah := storetest.Msg(1000+i, "assistant")
 			next, nextH = append(slices.Clone(msgs[:20]), answer), append(slices.Clone(hashes[:20]), ah)
 		default:
-			t.Fatalf("CHRONICLE_TURNS_WORKLOAD %q: want chat, growing or truncate", workload)
+			t.Fatalf("CHRONICLE_TURNS_WORKLOAD %q: want chat, growing, truncate or stream", workload)
 		}
 		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: fmt.Sprintf("r%d", i), TTL: 30 * time.Second, Fingerprint: "fp", Model: "m",
 			LoadThread: true, KnownDigest: store.Digest(stored), NoSystem: true})
@@ -294,9 +302,19 @@ func TestTurnInstructions(t *testing.T) {
 		if !st.Unchanged {
 			stored = st.Thread.Hashes
 		}
-		tr := store.Diff(stored, next, nextH)
 		f := store.Finish{Status: store.Completed, Model: "m", SessionID: &sess, Usage: &store.Usage{InputTokens: 10, OutputTokens: 20},
-			Response: resp, Transcript: &tr}
+			Response: resp}
+		if workload == "stream" {
+			// The pending turn's save (the request's messages), then a
+			// finish with the answer and the stream's 20 events.
+			if err := s.SaveTranscript(ctx, st.Lease, store.Diff(stored, next[:20], nextH[:20])); err != nil {
+				t.Fatal(err)
+			}
+			stored = nextH[:20]
+			f.Response, f.Events, f.EventsFrom = nil, events, 1
+		}
+		tr := store.Diff(stored, next, nextH)
+		f.Transcript = &tr
 		if err := s.Finish(ctx, st.Lease, &f); err != nil {
 			t.Fatal(err)
 		}
