@@ -162,6 +162,10 @@ func (h *hotCache) fill(fills map[string]*hotVal) {
 			clear(m)
 		}
 		v.key = k
+		if old, ok := m[k]; ok {
+			// A hit is filled again: count what replaces it, not both.
+			h.curBytes -= len(k) + len(old.v)
+		}
 		m[k] = v
 		h.curBytes += len(k) + len(v.v)
 	}

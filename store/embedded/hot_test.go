@@ -225,3 +225,19 @@ func TestHotCacheKeepsThreadHead(t *testing.T) {
 		}
 	}
 }
+
+// TestHotCacheCountsBytesHeld: a key filled again (a hit each turn
+// records its read) counts once, so the generation turns over at
+// hotBytes held, not at hotBytes read.
+func TestHotCacheCountsBytesHeld(t *testing.T) {
+	h := newHotCache()
+	tb := &Bucket{prefix: childPrefix(threadsPrefix, []byte("t\x00th"))}
+	key := string(tb.leaf(kSys))
+	blob := make([]byte, 100<<10)
+	for range 50 {
+		h.fill(map[string]*hotVal{key: {v: blob, ok: true}})
+	}
+	if want := len(key) + len(blob); h.curBytes != want {
+		t.Fatalf("curBytes = %d after filling one key 50 times, want %d", h.curBytes, want)
+	}
+}
