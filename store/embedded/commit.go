@@ -152,23 +152,44 @@ type scratch struct {
 	markers []marker
 }
 
-// keep takes back what tx used, once it is over.
+// The most a transaction's scratch keeps for the next: a chat turn's
+// steps use a few dozen of each.
+const (
+	maxKeptArena   = 1 << 20
+	maxKeptScratch = 512
+	maxKeptFills   = 256
+)
+
+// reuse clears s whole (up to its capacity: nothing it pointed to stays
+// reachable) and returns it empty for the next transaction, or nil when
+// it grew past maxKeptScratch.
+func reuse[T any](s []T) []T {
+	if cap(s) > maxKeptScratch {
+		return nil
+	}
+	s = s[:cap(s)]
+	clear(s)
+	return s[:0]
+}
+
+// keep takes back what tx used, once it is over. What a large
+// transaction grew (a rewrite of a long thread, a sweep after a restart)
+// is dropped rather than kept: clearing a slice or a map costs the room
+// it once grew to, on every commit after.
 func (sc *scratch) keep(tx *Tx) {
 	sc.arena = tx.arena[:0]
-	sc.closers = tx.closers[:0] // end closed them
-	clear(sc.closers[:cap(sc.closers)])
-	slab := tx.slab[:cap(tx.slab)]
-	clear(slab) // no pointer to this transaction stays
-	sc.slab = slab[:0]
-	vals := tx.vals[:cap(tx.vals)]
-	clear(vals)
-	sc.vals = vals[:0]
-	markers := tx.markers[:cap(tx.markers)]
-	clear(markers)
-	sc.markers = markers[:0]
-	if tx.fills != nil {
+	if cap(sc.arena) > maxKeptArena {
+		sc.arena = nil
+	}
+	sc.closers = reuse(tx.closers) // end closed them
+	sc.slab = reuse(tx.slab)       // no pointer to this transaction stays
+	sc.vals = reuse(tx.vals)
+	sc.markers = reuse(tx.markers)
+	if tx.fills != nil && len(tx.fills) <= maxKeptFills {
 		clear(tx.fills)
 		sc.fills = tx.fills
+	} else {
+		sc.fills = nil
 	}
 	*tx = Tx{} // no pointer to this batch stays
 }
