@@ -189,7 +189,18 @@ func Diff(stored []Hash, next [][]byte, nextHashes []Hash) Transcript {
 		t.BaseDigest = t.Digest
 		return t
 	}
-	base, _ := h.(hash.Cloner).Clone()
+	var base hash.Hash
+	if c, ok := h.(hash.Cloner); ok {
+		base, _ = c.Clone()
+	}
+	if base == nil {
+		// A hash that cannot be cloned (a FIPS build's SHA-1): the
+		// prefix is hashed again.
+		base = sha1.New()
+		for i := range keep {
+			base.Write(stored[i][:])
+		}
+	}
 	for i := keep; i < len(stored); i++ {
 		base.Write(stored[i][:])
 	}
