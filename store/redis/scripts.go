@@ -89,7 +89,7 @@ end
 -- Otherwise (no base, a stale or missing dg: an older chronicle wrote
 -- last, or the writer's view is out of date) both are read and checked.
 local function checktr(mt, keep, keephash, base, basen)
-  if base ~= '' and mt[9] and mt[9] == mt[7] .. ':' .. base then
+  if base ~= '' and mt[9] and mt[7] and mt[9] == mt[7] .. ':' .. base then
     local n = tonumber(basen)
     if keep > n then return false end
     return n, true
