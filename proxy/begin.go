@@ -128,7 +128,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 	empty := isEmptyArray(messages)
 
 	t = &turn{s: s, st: s.store, ad: ad, up: ex.up, key: store.Key{Tenant: ex.tenant, Thread: string(threadID)},
-		runID: string(runID), freshRunID: freshRunID, mode: mode, model: ex.op.Model, ownThread: ownThread, subject: string(subject)}
+		runID: string(runID), mode: mode, model: ex.op.Model, ownThread: ownThread, subject: string(subject)}
 	if ex.span != nil {
 		t.st = tracedStore{Store: s.store, ex: ex}
 	}
@@ -158,7 +158,7 @@ func (s *Server) beginTurn(ctx *fasthttp.RequestCtx, ex *exchange, body []byte) 
 		Fingerprint: t.fingerprint, Model: t.model, LoadThread: true, KnownDigest: known, Subject: t.subject,
 		// The id is ours, drawn for this request: the store need not check
 		// that no run has it (a client's X-Run-Id may name one).
-		FreshRunID: t.freshRunID,
+		FreshRunID: freshRunID,
 		// compose takes the stored system blob only into a request that
 		// continues or appends and brings none of its own.
 		NoSystem: !(empty || mode == modeAppend) || ad.System(body) != nil,

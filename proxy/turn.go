@@ -27,12 +27,9 @@ type turn struct {
 	up    *upstream
 	key   store.Key
 	runID string
-	// freshRunID: runID was drawn by this proxy for this request, not
-	// named by the client (store.StartRun.FreshRunID).
-	freshRunID bool
-	lease      store.Lease
-	mode       string
-	model      string
+	lease store.Lease
+	mode  string
+	model string
 	// subject is X-Chronicle-Subject: whom the turn is about, kept with
 	// the thread for erasure by subject ("" when none).
 	subject string
