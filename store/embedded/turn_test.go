@@ -2,7 +2,9 @@ package embedded
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/chronicle-proxy/chronicle/store"
@@ -70,7 +72,7 @@ func chatTurns(b *testing.B, threads, history int) {
 		turn(i)
 	}
 	b.ReportAllocs()
-	misses, written := s.hot.misses, s.keys.Load()
+	misses, written, wb := s.hot.misses, s.keys.Load(), s.written.Load()
 	b.ResetTimer()
 	n := 0
 	for i := 4 * threads; b.Loop(); i++ {
@@ -79,4 +81,62 @@ func chatTurns(b *testing.B, threads, history int) {
 	}
 	b.ReportMetric(float64(s.hot.misses-misses)/float64(n), "gets/turn")
 	b.ReportMetric(float64(s.keys.Load()-written)/float64(n), "keys/turn")
+	b.ReportMetric(float64(s.written.Load()-wb)/float64(n), "B/turn")
+}
+
+// BenchmarkConcurrentTurns is chronicle-bench's chat workload on the
+// store alone: 32 writers (the bench's connections), each turning over
+// two threads of its own, with some work of the request's between a
+// turn's start and its finish (hashing, standing in for the proxy's
+// parsing and the upstream's answer). Run it with -cpu 1, the bench's
+// pinned proxy: ops/commit is how many steps share a commit (one log
+// write, one wake-up of the committer), the figure the committer's
+// yield before it commits is for.
+func BenchmarkConcurrentTurns(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	user, uh := storetest.Msg(0, "user")
+	var workers, runs atomic.Int64
+	commits, ops := s.commits.Load(), s.grouped.Load()
+	b.ReportAllocs()
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		w := workers.Add(1)
+		var stored [2][]store.Hash
+		work := make([]byte, 4<<10)
+		for i := 0; pb.Next(); i++ {
+			t := i % 2
+			k := store.Key{Tenant: "bench", Thread: fmt.Sprintf("w%d-%d", w, t)}
+			sr := store.StartRun{Key: k, RunID: fmt.Sprintf("run-%08d", runs.Add(1)), Owner: "replica", TTL: 30e9,
+				Fingerprint: "fingerprint", Model: "gpt-x", LoadThread: true, NoSystem: true, FreshRunID: true}
+			if stored[t] != nil {
+				sr.KnownDigest = store.Digest(stored[t])
+			}
+			st, err := s.StartRun(ctx, sr)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			work[0] = byte(i)
+			for range 4 {
+				sum := sha256.Sum256(work)
+				work[1] = sum[0]
+			}
+			reply, rh := storetest.Msg(i, "assistant")
+			hashes := []store.Hash{uh, rh}
+			tr := store.Diff(stored[t], [][]byte{user, reply}, hashes)
+			tr.Connection, tr.Format, tr.Model = "openai", "openai", "gpt-x"
+			if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr,
+				Usage: &store.Usage{InputTokens: 10, OutputTokens: 20}, Model: "gpt-x", AnswerStatus: 200}); err != nil {
+				b.Error(err)
+				return
+			}
+			stored[t] = hashes
+		}
+	})
+	b.ReportMetric(float64(s.grouped.Load()-ops)/float64(s.commits.Load()-commits), "ops/commit")
 }
