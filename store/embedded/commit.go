@@ -98,7 +98,7 @@ func (s *Store) write(ops []op) error {
 	sc := &s.scratch
 	tx := &sc.tx
 	*tx = Tx{r: b, w: b, hot: s.hot, arena: sc.arena[:0], slab: sc.slab[:0], fills: sc.fills,
-		vals: sc.vals[:0], markers: sc.markers[:0], closers: sc.closers[:0]}
+		vals: sc.vals[:0], markers: sc.markers[:0], markerMap: sc.marked, closers: sc.closers[:0]}
 	defer sc.keep(tx)
 	var err error
 	for _, o := range ops {
@@ -176,14 +176,16 @@ type scratch struct {
 	fills   map[string]*hotVal
 	vals    []hotVal
 	markers []marker
+	marked  map[string]bool // markerMap
 }
 
 // The most a transaction's scratch keeps for the next: a chat turn's
-// steps use a few dozen of each.
+// steps use a few dozen of each, and a group of them (the committer's
+// yield, commit.go) a few dozen times that.
 const (
 	maxKeptArena   = 1 << 20
 	maxKeptScratch = 512
-	maxKeptFills   = 256
+	maxKeptFills   = 1024
 )
 
 // reuse clears s whole (up to its capacity: nothing it pointed to stays
@@ -196,6 +198,15 @@ func reuse[T any](s []T) []T {
 	s = s[:cap(s)]
 	clear(s)
 	return s[:0]
+}
+
+// reuseMap is reuse of a map, kept up to maxKeptFills entries.
+func reuseMap[V any](m map[string]V) map[string]V {
+	if m == nil || len(m) > maxKeptFills {
+		return nil
+	}
+	clear(m)
+	return m
 }
 
 // keep takes back what tx used, once it is over. What a large
@@ -211,11 +222,7 @@ func (sc *scratch) keep(tx *Tx) {
 	sc.slab = reuse(tx.slab)       // no pointer to this transaction stays
 	sc.vals = reuse(tx.vals)
 	sc.markers = reuse(tx.markers)
-	if tx.fills != nil && len(tx.fills) <= maxKeptFills {
-		clear(tx.fills)
-		sc.fills = tx.fills
-	} else {
-		sc.fills = nil
-	}
+	sc.fills = reuseMap(tx.fills)
+	sc.marked = reuseMap(tx.markerMap)
 	*tx = Tx{} // no pointer to this batch stays
 }

@@ -75,7 +75,10 @@ func (tx *Tx) alloc(n int) []byte {
 		return make([]byte, 0, n)
 	}
 	if cap(tx.arena)-len(tx.arena) < n {
-		size := arenaChunk
+		// Each chunk twice the last, up to what scratch keeps: the
+		// transaction after a large group finds room in the one chunk
+		// it is handed, not a chunk to allocate every 4 KiB.
+		size := min(max(arenaChunk, 2*cap(tx.arena)), maxKeptArena)
 		if cap(tx.arena) == 0 {
 			size = arenaChunk / 8 // a read of a few keys
 		}
@@ -90,16 +93,20 @@ func (tx *Tx) alloc(n int) []byte {
 // where it is).
 func (tx *Tx) newVal(hv hotVal) *hotVal {
 	if len(tx.vals) == cap(tx.vals) {
-		tx.vals = make([]hotVal, 0, slabChunk)
+		tx.vals = make([]hotVal, 0, nextChunk(cap(tx.vals)))
 	}
 	tx.vals = append(tx.vals, hv)
 	return &tx.vals[len(tx.vals)-1]
 }
 
+// nextChunk is the length of the slab's or the fills' next chunk after
+// one of last: twice it, up to what scratch keeps (as the arena's).
+func nextChunk(last int) int { return min(max(slabChunk, 2*last), maxKeptScratch) }
+
 // newBucket is a bucket of tx, from the slab.
 func (tx *Tx) newBucket(prefix []byte, marked bool) *Bucket {
 	if len(tx.slab) == cap(tx.slab) {
-		tx.slab = make([]Bucket, 0, slabChunk)
+		tx.slab = make([]Bucket, 0, nextChunk(cap(tx.slab)))
 	}
 	tx.slab = append(tx.slab, Bucket{tx: tx, prefix: prefix, marked: marked})
 	return &tx.slab[len(tx.slab)-1]
