@@ -121,6 +121,10 @@ type Store struct {
 	// keys they set or deleted (each a memtable insert; the turn
 	// benchmark reports them).
 	commits, grouped, written, keys atomic.Int64
+	// twiceSet counts the single deletes (Bucket.deleteOnce) pebble found
+	// over a key set twice: none, unless a key deleteOnce is used on can
+	// be set again before it is deleted (the tests read it).
+	twiceSet atomic.Int64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -182,7 +186,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("embedded: migrating %s: %w", filepath.Join(dir, legacyFile), err)
 	}
 	s := &Store{opts: opts, blobDir: filepath.Join(dir, blobDir), hot: newHotCache(), ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), syncer: make(chan struct{}), waiters: map[string]chan struct{}{}}
-	db, cache, fs, err := openKV(filepath.Join(dir, kvDir), opts)
+	db, cache, fs, err := openKV(filepath.Join(dir, kvDir), opts, s.apiMisuse)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open: %w", err)
 	}
@@ -205,8 +209,30 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// openKV opens the pebble key space in dir.
-func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error) {
+// apiMisuse hears what pebble's flushes and compactions found wrong in
+// the store's use of its API: a single delete that met a key set twice.
+// It logs the bucket, not the key (a key names a tenant and a thread).
+func (s *Store) apiMisuse(info pebble.PossibleAPIMisuseInfo) {
+	if info.Kind != pebble.NondeterministicSingleDelete {
+		return
+	}
+	s.twiceSet.Add(1)
+	log.Printf("embedded: pebble: a single delete in bucket %q met a key set twice", rootOf(info.UserKey))
+}
+
+// rootOf is the name of the root bucket key is in.
+func rootOf(key []byte) string {
+	for name, p := range rootPrefixes {
+		if bytes.HasPrefix(key, p) {
+			return name
+		}
+	}
+	return "?"
+}
+
+// openKV opens the pebble key space in dir; misuse, when set, hears
+// pebble's PossibleAPIMisuse events.
+func openKV(dir string, opts Options, misuse func(pebble.PossibleAPIMisuseInfo)) (*pebble.DB, *pebble.Cache, *walFS, error) {
 	fs := &walFS{FS: opts.FS, deferSync: opts.NoSync || opts.Fsync == FsyncInterval, logs: map[*walFile]struct{}{}}
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 64 << 20
@@ -228,6 +254,7 @@ func openKV(dir string, opts Options) (*pebble.DB, *pebble.Cache, *walFS, error)
 		// tail ends the log, as it should.
 		FormatMajorVersion: pebble.FormatColumnarBlocks,
 		Logger:             pebbleLogger{},
+		EventListener:      &pebble.EventListener{PossibleAPIMisuse: misuse},
 	}
 	// A Get of an absent key (a new thread's marker, a new run id) would
 	// otherwise search every table whose range holds it: nearly all.
@@ -791,7 +818,10 @@ func setNames(m *threadMeta, t *store.Transcript) {
 	}
 }
 
-// touchIndex moves the thread's audit entries to m.Updated.
+// touchIndex moves the thread's audit entries to m.Updated. An entry's
+// key names the time, so each is set once and removed once (dropIndex's
+// deleteOnce): upd, the time they are at, is what keeps an entry from
+// being set again while it exists.
 func touchIndex(tx *Tx, k store.Key, m *threadMeta) error {
 	if m.Created == 0 {
 		return nil
@@ -801,7 +831,9 @@ func touchIndex(tx *Tx, k store.Key, m *threadMeta) error {
 	if old := upd.Get(id); old != nil {
 		if int64(binary.BigEndian.Uint64(old)) == m.Updated {
 			// The entries are already there: deleting and setting
-			// them again would write five keys that change nothing.
+			// them again would write five keys that change nothing
+			// (and setting them without deleting them would set a
+			// key twice, which deleteOnce must never meet).
 			return nil
 		}
 		if err := dropIndex(tx, k, int64(binary.BigEndian.Uint64(old))); err != nil {
@@ -820,10 +852,10 @@ func touchIndex(tx *Tx, k store.Key, m *threadMeta) error {
 
 func dropIndex(tx *Tx, k store.Key, updated int64) error {
 	idx, gidx := indexKeys(tx, k, updated)
-	if err := tx.Bucket(bIdx).Delete(idx); err != nil {
+	if err := tx.Bucket(bIdx).deleteOnce(idx); err != nil {
 		return err
 	}
-	return tx.Bucket(bGidx).Delete(gidx)
+	return tx.Bucket(bGidx).deleteOnce(gidx)
 }
 
 // indexKeys are the thread's keys in idx (<tenant>\x00<^updated><thread>)

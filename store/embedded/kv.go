@@ -329,6 +329,22 @@ func (b *Bucket) Delete(key []byte) error {
 	return b.tx.w.Delete(k, nil)
 }
 
+// deleteOnce removes key, which was set exactly once since it last did
+// not exist (pebble's SingleDelete): an index entry whose key names its
+// time or its run. Where the set is still in the memtable, the two
+// vanish together when it is flushed; a Delete would leave a tombstone to
+// be carried down the levels (and to trigger tombstone-density
+// compactions). A key set twice must never get here: the older value
+// would come back.
+func (b *Bucket) deleteOnce(key []byte) error {
+	if b.tx.w == nil {
+		return errReadOnly
+	}
+	k := b.leaf(key)
+	b.tx.wrote(k, hotVal{}, false)
+	return b.tx.w.SingleDelete(k, nil)
+}
+
 // ForEach calls fn for each leaf of b in key order (not for child
 // buckets). k and v are valid only during the call.
 func (b *Bucket) ForEach(fn func(k, v []byte) error) error {

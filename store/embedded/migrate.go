@@ -55,7 +55,7 @@ func copyBolt(from, to string) error {
 		return err
 	}
 	defer src.Close()
-	db, cache, _, err := openKV(to, Options{Fsync: FsyncAlways, FS: vfs.Default})
+	db, cache, _, err := openKV(to, Options{Fsync: FsyncAlways, FS: vfs.Default}, nil)
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ func (s *Store) markLost(tx *Tx, tb *Bucket, k store.Key, m *threadMeta, id stri
 	if m.LeaseRun == id {
 		m.LeaseRun, m.LeaseOwner, m.LeaseToken, m.LeaseExp = "", "", 0, 0
 	}
-	if err := tx.Bucket(bActive).Delete(tx.runKey(k, id)); err != nil {
+	if err := tx.Bucket(bActive).deleteOnce(tx.runKey(k, id)); err != nil {
 		return false, err
 	}
 	if r == nil || r.Status != store.Running {
@@ -166,6 +166,8 @@ func (s *Store) StartRun(ctx context.Context, sr store.StartRun) (*store.Started
 		if err := tx.Bucket(bRunIDs).Put(rid, []byte(k.Thread)); err != nil {
 			return err
 		}
+		// Set once, here, where the run is made (the run ids bucket holds
+		// no other run of that id), and removed once (deleteOnce).
 		if err := tx.Bucket(bActive).Put(tx.runKey(k, sr.RunID), nil); err != nil {
 			return err
 		}
@@ -498,7 +500,7 @@ func (s *Store) Finish(ctx context.Context, l store.Lease, f *store.Finish) erro
 		if m.Created != 0 {
 			m.Updated = now
 		}
-		if err := tx.Bucket(bActive).Delete(tx.runKey(l.Key, l.RunID)); err != nil {
+		if err := tx.Bucket(bActive).deleteOnce(tx.runKey(l.Key, l.RunID)); err != nil {
 			return err
 		}
 		if err := putMeta(tb, &m); err != nil {
@@ -682,7 +684,7 @@ func (s *Store) Sweep(ctx context.Context) ([]store.RunRef, error) {
 			k, id := store.Key{Tenant: parts[0], Thread: parts[1]}, parts[2]
 			tb := threadBucket(tx, k)
 			if tb == nil {
-				if err := tx.Bucket(bActive).Delete(key); err != nil {
+				if err := tx.Bucket(bActive).deleteOnce(key); err != nil {
 					return err
 				}
 				continue
