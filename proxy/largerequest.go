@@ -51,6 +51,15 @@ func (s *Server) startLarge(h *fasthttp.RequestHeader) *largeRequest {
 	return lr
 }
 
+// HoldProcs holds the extra Ps of Options.LargeRequestProcs until the
+// returned func is called, for work of the process's own that runs for
+// milliseconds beside the requests as a large one does: the embedded
+// store's flushes and compactions (embedded.Options.Background). Without
+// the boost it holds nothing.
+func (s *Server) HoldProcs() (release func()) {
+	return s.procs.Hold().Release
+}
+
 // holdLarge starts a sched.ProcBoost hold for a large request headerReceived
 // could not see coming (a chunked body), for Server.handle to end as the
 // others.

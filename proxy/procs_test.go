@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/chronicle-proxy/chronicle/proxy/config"
 )
 
 // TestLargeRequestProcs: with LargeRequestProcs, GOMAXPROCS is raised
@@ -138,4 +140,44 @@ connections:
 	if runtime.GOMAXPROCS(0) != 1 {
 		t.Error("an abandoned large body kept the second P")
 	}
+}
+
+// TestHoldProcs: the server's extra Ps are held for work of the process's
+// own (the embedded store's compactions) as for a large request, until
+// the last hold is released; without LargeRequestProcs a hold changes
+// nothing.
+func TestHoldProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	cfg := `
+connections:
+  - {name: a, provider: openai, base_url: "http://127.0.0.1:1", persist: false}
+`
+	newServer := func(opts Options) *Server {
+		c, err := config.Parse([]byte(cfg), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(c, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	p := newServer(Options{LargeRequestProcs: 2})
+	first := p.HoldProcs()
+	second := p.HoldProcs()
+	held := runtime.GOMAXPROCS(0)
+	first()
+	first() // a second release does nothing
+	stillHeld := runtime.GOMAXPROCS(0)
+	second()
+	if held != 2 || stillHeld != 2 || runtime.GOMAXPROCS(0) != 1 {
+		t.Errorf("GOMAXPROCS held %d, after one release %d, after both %d; want 2, 2, 1", held, stillHeld, runtime.GOMAXPROCS(0))
+	}
+	plain := newServer(Options{})
+	release := plain.HoldProcs()
+	if runtime.GOMAXPROCS(0) != 1 {
+		t.Errorf("a hold without LargeRequestProcs set GOMAXPROCS %d", runtime.GOMAXPROCS(0))
+	}
+	release()
 }

@@ -21,8 +21,9 @@ import (
 // sees only store.Store and the limiter interfaces.
 
 // openStore opens the backend the config names: the embedded file store
-// under store.path, or Redis at store.url.
-func openStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
+// under store.path, or Redis at store.url. background, when set, is
+// embedded.Options.Background.
+func openStore(ctx context.Context, cfg *config.Config, background func() func()) (store.Store, error) {
 	switch cfg.Store.Driver {
 	case "redis":
 		st, err := redisstore.Open(ctx, redisstore.Options{URL: cfg.Store.URL.Reveal(), EventRetention: cfg.Store.EventRetention.D()})
@@ -33,7 +34,7 @@ func openStore(ctx context.Context, cfg *config.Config) (store.Store, error) {
 		return st, nil
 	default:
 		st, err := embedded.Open(cfg.Store.Path, embedded.Options{EventRetention: cfg.Store.EventRetention.D(),
-			Fsync: embedded.Fsync(cfg.Store.Fsync), FsyncInterval: cfg.Store.FsyncInterval.D()})
+			Fsync: embedded.Fsync(cfg.Store.Fsync), FsyncInterval: cfg.Store.FsyncInterval.D(), Background: background})
 		if err != nil {
 			return nil, fmt.Errorf("store.path: cannot open the embedded store in %q: %w", cfg.Store.Path, err)
 		}

@@ -25,7 +25,7 @@ connections:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := openStore(ctx, cfg)
+	st, err := openStore(ctx, cfg, nil)
 	if err == nil {
 		st.Close()
 		t.Fatal("a Redis store on a closed port opened")

@@ -59,7 +59,7 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	st, err := openStore(ctx, cfg)
+	st, err := openStore(ctx, cfg, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "chronicle: %v\n", err)
 		return 1

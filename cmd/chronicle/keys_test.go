@@ -41,7 +41,7 @@ func TestKeysRewrap(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		st, err := openStore(context.Background(), cfg)
+		st, err := openStore(context.Background(), cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

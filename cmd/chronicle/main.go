@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -135,8 +136,18 @@ func serve(args []string, stdout, stderr io.Writer) int {
 // runServer runs the proxy until ctx ends, then drains: it stops accepting
 // and lets streams in flight finish for up to limits.shutdown_timeout.
 func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs procsChoice) error {
+	// The store's background work (embedded: pebble's flushes and
+	// compactions) takes the server's extra Ps, as a large request does;
+	// the store opens first, so it finds the server once there is one.
+	var server atomic.Pointer[proxy.Server]
+	background := func() func() {
+		if srv := server.Load(); srv != nil {
+			return srv.HoldProcs()
+		}
+		return func() {}
+	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := openStore(octx, cfg)
+	st, err := openStore(octx, cfg, background)
 	cancel()
 	if err != nil {
 		return err
@@ -182,6 +193,7 @@ func runServer(ctx context.Context, cfg *config.Config, log *slog.Logger, procs 
 	if err != nil {
 		return err
 	}
+	server.Store(srv)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)

@@ -194,7 +194,7 @@ func openSource(ctx context.Context, base, cfgPath string) (auditSource, func(),
 		}
 		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		st, err := openStore(octx, cfg)
+		st, err := openStore(octx, cfg, nil)
 		if err != nil {
 			return nil, nil, err
 		}

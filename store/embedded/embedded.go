@@ -84,6 +84,13 @@ type Options struct {
 	// FS is the file system of the key space (tests: a crashable memory
 	// file system; default the operating system's).
 	FS vfs.FS
+	// Background, when set, is called as pebble starts a flush or a
+	// compaction, and what it returns as that ends. Those run for tens of
+	// milliseconds of CPU beside the requests; on one P they hold back
+	// every connection (a chat turn's p99 at 1,000 turns/s went to +50 to
+	// +130 ms), so cmd/chronicle gives them the extra Ps of
+	// proxy.Server.HoldProcs.
+	Background func() (done func())
 }
 
 // Store is the embedded backend. It is safe for concurrent use.
@@ -121,6 +128,8 @@ type Store struct {
 	// keys they set or deleted (each a memtable insert; the turn
 	// benchmark reports them).
 	commits, grouped, written, keys atomic.Int64
+	background                      backgroundJobs // Options.Background's holds, by pebble job
+
 	// twiceSet counts the single deletes (Bucket.deleteOnce) pebble found
 	// over a key set twice: none, unless a key deleteOnce is used on can
 	// be set again before it is deleted (the tests read it).
@@ -186,7 +195,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("embedded: migrating %s: %w", filepath.Join(dir, legacyFile), err)
 	}
 	s := &Store{opts: opts, blobDir: filepath.Join(dir, blobDir), hot: newHotCache(), ops: make(chan op), stop: make(chan struct{}), stopped: make(chan struct{}), syncer: make(chan struct{}), waiters: map[string]chan struct{}{}}
-	db, cache, fs, err := openKV(filepath.Join(dir, kvDir), opts, s.apiMisuse)
+	s.background = backgroundJobs{hold: opts.Background, done: map[int]func(){}}
+	db, cache, fs, err := openKV(filepath.Join(dir, kvDir), opts, s.events())
 	if err != nil {
 		return nil, fmt.Errorf("embedded: open: %w", err)
 	}
@@ -230,9 +240,64 @@ func rootOf(key []byte) string {
 	return "?"
 }
 
-// openKV opens the pebble key space in dir; misuse, when set, hears
-// pebble's PossibleAPIMisuse events.
-func openKV(dir string, opts Options, misuse func(pebble.PossibleAPIMisuseInfo)) (*pebble.DB, *pebble.Cache, *walFS, error) {
+// events is what the store hears of pebble: its flushes and compactions
+// (Options.Background) and its reports of misuse.
+func (s *Store) events() *pebble.EventListener {
+	return &pebble.EventListener{
+		PossibleAPIMisuse: s.apiMisuse,
+		FlushBegin:        func(info pebble.FlushInfo) { s.background.begin(info.JobID) },
+		FlushEnd:          func(info pebble.FlushInfo) { s.background.end(info.JobID) },
+		CompactionBegin:   func(info pebble.CompactionInfo) { s.background.begin(info.JobID) },
+		CompactionEnd:     func(info pebble.CompactionInfo) { s.background.end(info.JobID) },
+	}
+}
+
+// backgroundJobs pairs each pebble job's end with what Options.Background
+// returned at its start (pebble numbers flushes and compactions from one
+// counter).
+type backgroundJobs struct {
+	hold func() func()
+	mu   sync.Mutex
+	done map[int]func()
+}
+
+func (b *backgroundJobs) begin(job int) {
+	if b.hold == nil {
+		return
+	}
+	done := b.hold()
+	b.mu.Lock()
+	b.done[job] = done
+	b.mu.Unlock()
+}
+
+func (b *backgroundJobs) end(job int) {
+	if b.hold == nil {
+		return
+	}
+	b.mu.Lock()
+	done := b.done[job]
+	delete(b.done, job)
+	b.mu.Unlock()
+	if done != nil {
+		done()
+	}
+}
+
+// endAll ends the holds of jobs pebble did not report ended (Close).
+func (b *backgroundJobs) endAll() {
+	b.mu.Lock()
+	left := b.done
+	b.done = map[int]func(){}
+	b.mu.Unlock()
+	for _, done := range left {
+		done()
+	}
+}
+
+// openKV opens the pebble key space in dir; events, when set, hears what
+// pebble reports.
+func openKV(dir string, opts Options, events *pebble.EventListener) (*pebble.DB, *pebble.Cache, *walFS, error) {
 	fs := &walFS{FS: opts.FS, deferSync: opts.NoSync || opts.Fsync == FsyncInterval, logs: map[*walFile]struct{}{}}
 	if opts.CacheBytes <= 0 {
 		opts.CacheBytes = 64 << 20
@@ -254,7 +319,7 @@ func openKV(dir string, opts Options, misuse func(pebble.PossibleAPIMisuseInfo))
 		// tail ends the log, as it should.
 		FormatMajorVersion: pebble.FormatColumnarBlocks,
 		Logger:             pebbleLogger{},
-		EventListener:      &pebble.EventListener{PossibleAPIMisuse: misuse},
+		EventListener:      events,
 	}
 	// A Get of an absent key (a new thread's marker, a new run id) would
 	// otherwise search every table whose range holds it: nearly all.
@@ -315,6 +380,7 @@ func (s *Store) syncLog() error {
 func (s *Store) closeKV() error {
 	err := s.db.Close()
 	s.cache.Unref()
+	s.background.endAll()
 	return err
 }
 

@@ -143,3 +143,50 @@ func TestDeleteOnce(t *testing.T) {
 		t.Fatalf("%d active runs left after every run ended", active)
 	}
 }
+
+// TestBackgroundHolds: Options.Background is called as each flush and
+// compaction starts, and what it returned as that one ends; none is left
+// held once the store is closed.
+func TestBackgroundHolds(t *testing.T) {
+	var mu sync.Mutex
+	started, held := 0, map[int]bool{}
+	background := func() func() {
+		mu.Lock()
+		defer mu.Unlock()
+		started++
+		n := started
+		held[n] = true
+		return func() { mu.Lock(); delete(held, n); mu.Unlock() }
+	}
+	s, err := Open(t.TempDir(), Options{NoSync: true, Background: background})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 2 {
+		for j := range 50 {
+			k := store.Key{Tenant: "t", Thread: fmt.Sprintf("th-%d-%d", i, j)}
+			st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: fmt.Sprintf("r-%d-%d", i, j), Owner: "o", TTL: time.Minute, FreshRunID: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if started < 3 || len(held) != 0 {
+		t.Fatalf("%d holds taken (want 3 or more: two flushes and a compaction), %d still held after Close", started, len(held))
+	}
+}
