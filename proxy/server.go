@@ -104,7 +104,13 @@ type Server struct {
 	conns        map[string]*upstream
 	srv          *fasthttp.Server
 
-	draining    atomic.Bool
+	draining atomic.Bool
+	// serving guards what Serve starts and Shutdown stops: a Shutdown
+	// that comes before Serve (a signal during start-up) must not leave
+	// Serve accepting on a listener nobody will close.
+	serving     sync.Mutex
+	shutDown    bool
+	listener    net.Listener
 	stopSweeper context.CancelFunc
 
 	// local holds this replica's running turns by run, so a cancel that
@@ -296,6 +302,13 @@ func connectionNames(cfg *config.Config) []string {
 // Serve accepts connections on ln until Shutdown. With a store it also
 // sweeps runs lost with their replica.
 func (s *Server) Serve(ln net.Listener) error {
+	s.serving.Lock()
+	if s.shutDown {
+		s.serving.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.listener = ln
 	if s.store != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stopSweeper = cancel
@@ -305,6 +318,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			go s.runRetention(ctx) // retention.go
 		}
 	}
+	s.serving.Unlock()
 	return s.srv.Serve(ln)
 }
 
@@ -312,9 +326,18 @@ func (s *Server) Serve(ln net.Listener) error {
 // ctx ends, and returns ctx's error if some were still running then.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	s.serving.Lock()
+	s.shutDown = true
+	ln, stopSweeper := s.listener, s.stopSweeper
+	s.serving.Unlock()
 	err := s.srv.ShutdownWithContext(ctx)
-	if s.stopSweeper != nil {
-		s.stopSweeper()
+	if ln != nil {
+		// fasthttp closes the listeners its Serve has registered; one
+		// handed to Serve an instant ago may not be yet.
+		ln.Close()
+	}
+	if stopSweeper != nil {
+		stopSweeper()
 	}
 	s.starters.Stop()
 	return err
