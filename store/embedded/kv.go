@@ -320,14 +320,7 @@ func (tx *Tx) asRead(key []byte) {
 }
 
 // Delete removes key.
-func (b *Bucket) Delete(key []byte) error {
-	if b.tx.w == nil {
-		return errReadOnly
-	}
-	k := b.leaf(key)
-	b.tx.wrote(k, hotVal{}, false)
-	return b.tx.w.Delete(k, nil)
-}
+func (b *Bucket) Delete(key []byte) error { return b.remove(key, (*pebble.Batch).Delete) }
 
 // deleteOnce removes key, which was set exactly once since it last did
 // not exist (pebble's SingleDelete): an index entry whose key names its
@@ -337,12 +330,17 @@ func (b *Bucket) Delete(key []byte) error {
 // compactions). A key set twice must never get here: the older value
 // would come back.
 func (b *Bucket) deleteOnce(key []byte) error {
+	return b.remove(key, (*pebble.Batch).SingleDelete)
+}
+
+// remove removes key from the transaction's batch with del.
+func (b *Bucket) remove(key []byte, del func(*pebble.Batch, []byte, *pebble.WriteOptions) error) error {
 	if b.tx.w == nil {
 		return errReadOnly
 	}
 	k := b.leaf(key)
 	b.tx.wrote(k, hotVal{}, false)
-	return b.tx.w.SingleDelete(k, nil)
+	return del(b.tx.w, k, nil)
 }
 
 // ForEach calls fn for each leaf of b in key order (not for child

@@ -29,6 +29,17 @@ func BenchmarkChatTurnLong(b *testing.B) { chatTurns(b, 32, 198) }
 // a group of the hot cache held of the keys outside threads.
 func BenchmarkChatTurnMany(b *testing.B) { chatTurns(b, 256, 0) }
 
+// chatStart is the start of a chat turn on k whose stored transcript has
+// the hashes stored (nil: none yet), as the proxy makes it.
+func chatStart(k store.Key, runID string, stored []store.Hash) store.StartRun {
+	sr := store.StartRun{Key: k, RunID: runID, Owner: "replica", TTL: 30e9,
+		Fingerprint: "fingerprint", Model: "gpt-x", LoadThread: true, NoSystem: true, FreshRunID: true}
+	if stored != nil {
+		sr.KnownDigest = store.Digest(stored)
+	}
+	return sr
+}
+
 func chatTurns(b *testing.B, threads, history int) {
 	s, err := Open(b.TempDir(), Options{NoSync: true})
 	if err != nil {
@@ -45,12 +56,7 @@ func chatTurns(b *testing.B, threads, history int) {
 	user, uh := storetest.Msg(0, "user")
 	turn := func(i int) {
 		t := i % threads
-		sr := store.StartRun{Key: keys[t], RunID: fmt.Sprintf("run-%08d", i), Owner: "replica", TTL: 30e9,
-			Fingerprint: "fingerprint", Model: "gpt-x", LoadThread: true, NoSystem: true, FreshRunID: true}
-		if stored[t] != nil {
-			sr.KnownDigest = store.Digest(stored[t])
-		}
-		st, err := s.StartRun(ctx, sr)
+		st, err := s.StartRun(ctx, chatStart(keys[t], fmt.Sprintf("run-%08d", i), stored[t]))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -111,12 +117,7 @@ func BenchmarkConcurrentTurns(b *testing.B) {
 		for i := 0; pb.Next(); i++ {
 			t := i % 2
 			k := store.Key{Tenant: "bench", Thread: fmt.Sprintf("w%d-%d", w, t)}
-			sr := store.StartRun{Key: k, RunID: fmt.Sprintf("run-%08d", runs.Add(1)), Owner: "replica", TTL: 30e9,
-				Fingerprint: "fingerprint", Model: "gpt-x", LoadThread: true, NoSystem: true, FreshRunID: true}
-			if stored[t] != nil {
-				sr.KnownDigest = store.Digest(stored[t])
-			}
-			st, err := s.StartRun(ctx, sr)
+			st, err := s.StartRun(ctx, chatStart(k, fmt.Sprintf("run-%08d", runs.Add(1)), stored[t]))
 			if err != nil {
 				b.Error(err)
 				return
