@@ -2,7 +2,6 @@ package adapters
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"testing"
@@ -53,10 +52,10 @@ func FuzzHashRaw(f *testing.F) {
 		if !jsonscan.Valid(in) {
 			return
 		}
-		a, b := sha256.New(), sha256.New()
+		a, b := getHasher(), getHasher()
 		hashRaw(a, in)
 		hashValue(b, gjson.ParseBytes(in))
-		if !bytes.Equal(a.Sum(nil), b.Sum(nil)) {
+		if a.done() != b.done() {
 			t.Fatalf("hashRaw(%q) differs from hashValue", in)
 		}
 	})

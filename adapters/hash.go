@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"hash"
 	"math"
-	"sort"
+	"slices"
+	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -32,10 +34,10 @@ func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 // so it is stable across processes and versions and safe to store.
 func HashMessage(msg []byte) Hash {
 	if !jsonscan.Valid(msg) {
-		h := sha256.New()
-		h.Write([]byte{'x'})
-		writeLong(h, msg)
-		return sumOf(h)
+		h := getHasher()
+		h.tag('x')
+		h.writeLong(msg)
+		return h.done()
 	}
 	return HashValidMessage(msg)
 }
@@ -45,69 +47,95 @@ func HashMessage(msg []byte) Hash {
 // checking it again: on a message of megabytes that pass is a third of the
 // work.
 func HashValidMessage(msg []byte) Hash {
-	h := sha256.New()
+	h := getHasher()
 	hashRaw(h, msg)
-	return sumOf(h)
+	return h.done()
 }
 
-// writeLong writes b to h in pieces of hashPiece bytes. SHA-256 hashes
-// one Write in a single assembly call, which Go's scheduler cannot
-// preempt: on a message of 10 MB that held a P for about 8 ms, and
-// goroutines queued on it (a small stream's first event) waited as long.
-// Between pieces the goroutine can be preempted.
-func writeLong(h hash.Hash, b []byte) {
+// hasher is a SHA-256 state with room for what the canonical form writes
+// between values: a tag byte, a length, the final sum. Through
+// hash.Hash's Write, a buffer on the caller's stack escapes, so each tag
+// and length cost an allocation; these are the hasher's own, and hashers
+// are pooled.
+type hasher struct {
+	h       hash.Hash
+	scratch [sha256.Size]byte
+}
+
+var hashers = sync.Pool{New: func() any { return &hasher{h: sha256.New()} }}
+
+// getHasher returns a reset hasher; done returns it to the pool.
+func getHasher() *hasher {
+	h := hashers.Get().(*hasher)
+	h.h.Reset()
+	return h
+}
+
+// done is the SHA-256 truncated to a Hash; h must not be used after.
+func (h *hasher) done() Hash {
+	var out Hash
+	copy(out[:], h.h.Sum(h.scratch[:0]))
+	hashers.Put(h)
+	return out
+}
+
+// tag writes one byte (the canonical form's type tags).
+func (h *hasher) tag(c byte) {
+	h.scratch[0] = c
+	h.h.Write(h.scratch[:1])
+}
+
+// length writes a length as 8 bytes.
+func (h *hasher) length(l int) {
+	binary.BigEndian.PutUint64(h.scratch[:8], uint64(l))
+	h.h.Write(h.scratch[:8])
+}
+
+// writeLong writes b in pieces of hashPiece bytes. SHA-256 hashes one
+// Write in a single assembly call, which Go's scheduler cannot preempt:
+// on a message of 10 MB that held a P for about 8 ms, and goroutines
+// queued on it (a small stream's first event) waited as long. Between
+// pieces the goroutine can be preempted.
+func (h *hasher) writeLong(b []byte) {
 	for len(b) > hashPiece {
-		h.Write(b[:hashPiece])
+		h.h.Write(b[:hashPiece])
 		b = b[hashPiece:]
 	}
-	h.Write(b)
+	h.h.Write(b)
 }
 
 // hashPiece is about 50 µs of SHA-256.
 const hashPiece = 64 << 10
 
-// sumOf is h's SHA-256 truncated to a Hash.
-func sumOf(h hash.Hash) Hash {
-	var sum [sha256.Size]byte
-	var out Hash
-	copy(out[:], h.Sum(sum[:0]))
-	return out
-}
-
 // JSONEqual reports whether a and b are equal JSON values in HashMessage's
 // sense.
 func JSONEqual(a, b []byte) bool { return HashMessage(a) == HashMessage(b) }
 
-func hashValue(h hash.Hash, v gjson.Result) {
-	var n [8]byte
-	writeLen := func(l int) {
-		binary.BigEndian.PutUint64(n[:], uint64(l))
-		h.Write(n[:])
-	}
+func hashValue(h *hasher, v gjson.Result) {
 	switch v.Type {
 	case gjson.Null:
-		h.Write([]byte{'z'})
+		h.tag('z')
 	case gjson.False:
-		h.Write([]byte{'f'})
+		h.tag('f')
 	case gjson.True:
-		h.Write([]byte{'t'})
+		h.tag('t')
 	case gjson.Number:
-		h.Write([]byte{'n'})
-		writeLen(len(v.Raw))
-		h.Write(rawjson.BytesOf(v.Raw))
+		h.tag('n')
+		h.length(len(v.Raw))
+		h.h.Write(rawjson.BytesOf(v.Raw))
 	case gjson.String:
-		h.Write([]byte{'s'})
-		writeLen(len(v.Str))
-		writeLong(h, rawjson.BytesOf(v.Str))
+		h.tag('s')
+		h.length(len(v.Str))
+		h.writeLong(rawjson.BytesOf(v.Str))
 	case gjson.JSON:
 		if v.IsArray() {
-			h.Write([]byte{'a'})
+			h.tag('a')
 			var items []gjson.Result
 			v.ForEach(func(_, item gjson.Result) bool {
 				items = append(items, item)
 				return true
 			})
-			writeLen(len(items))
+			h.length(len(items))
 			for _, item := range items {
 				hashValue(h, item)
 			}
@@ -122,12 +150,12 @@ func hashValue(h hash.Hash, v gjson.Result) {
 			kvs = append(kvs, kv{k.Str, item})
 			return true
 		})
-		sort.SliceStable(kvs, func(i, j int) bool { return kvs[i].k < kvs[j].k })
-		h.Write([]byte{'o'})
-		writeLen(len(kvs))
+		slices.SortStableFunc(kvs, func(a, b kv) int { return strings.Compare(a.k, b.k) })
+		h.tag('o')
+		h.length(len(kvs))
 		for _, e := range kvs {
-			writeLen(len(e.k))
-			h.Write(rawjson.BytesOf(e.k))
+			h.length(len(e.k))
+			h.h.Write(rawjson.BytesOf(e.k))
 			hashValue(h, e.v)
 		}
 	}
@@ -139,7 +167,7 @@ func hashValue(h hash.Hash, v gjson.Result) {
 // message), objects and arrays member by member. What the walkers decline
 // (an escaped key or string, a number, a literal) goes through gjson.
 // FuzzHashRaw checks the two agree.
-func hashRaw(h hash.Hash, raw []byte) {
+func hashRaw(h *hasher, raw []byte) {
 	i, j := rawjson.SkipSpace(raw, 0), len(raw)
 	for j > i && (raw[j-1] == ' ' || raw[j-1] == '\t' || raw[j-1] == '\n' || raw[j-1] == '\r') {
 		j--
@@ -169,28 +197,21 @@ func hashRaw(h hash.Hash, raw []byte) {
 // out of hashRaw's frame, which every level of nesting takes).
 //
 //go:noinline
-func hashParsed(h hash.Hash, raw []byte) {
+func hashParsed(h *hasher, raw []byte) {
 	hashValue(h, gjson.Parse(rawjson.Str(raw)))
 }
 
 // hashString hashes a valid JSON string.
 //
 //go:noinline
-func hashString(h hash.Hash, raw []byte) {
+func hashString(h *hasher, raw []byte) {
 	inner := raw[1 : len(raw)-1]
 	if bytes.IndexByte(inner, '\\') >= 0 {
 		inner = appendUnescaped(make([]byte, 0, len(inner)), inner)
 	}
-	h.Write([]byte{'s'})
-	writeLen(h, len(inner))
-	writeLong(h, inner)
-}
-
-// writeLen writes a length as 8 bytes.
-func writeLen(h hash.Hash, l int) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(l))
-	h.Write(n[:])
+	h.tag('s')
+	h.length(len(inner))
+	h.writeLong(inner)
 }
 
 // hashArray and hashObject hash an array or object whose elements the
@@ -201,14 +222,14 @@ func writeLen(h hash.Hash, l int) {
 // stream keeps (docs/design.md, "Runtime mechanics").
 //
 //go:noinline
-func hashArray(h hash.Hash, raw []byte) bool {
+func hashArray(h *hasher, raw []byte) bool {
 	var buf [8][2]int
 	spans, ok := rawjson.ArrayElements(raw, buf[:0])
 	if !ok {
 		return false
 	}
-	h.Write([]byte{'a'})
-	writeLen(h, len(spans))
+	h.tag('a')
+	h.length(len(spans))
 	for _, sp := range spans {
 		hashRaw(h, raw[sp[0]:sp[1]])
 	}
@@ -216,7 +237,7 @@ func hashArray(h hash.Hash, raw []byte) bool {
 }
 
 //go:noinline
-func hashObject(h hash.Hash, raw []byte) bool {
+func hashObject(h *hasher, raw []byte) bool {
 	type kv struct{ ks, ke, vs, ve int32 } // offsets in raw
 	var buf [8]kv
 	kvs := buf[:0]
@@ -234,14 +255,12 @@ func hashObject(h hash.Hash, raw []byte) bool {
 	if !walked || failed {
 		return false
 	}
-	sort.SliceStable(kvs, func(a, b int) bool {
-		return string(raw[kvs[a].ks:kvs[a].ke]) < string(raw[kvs[b].ks:kvs[b].ke])
-	})
-	h.Write([]byte{'o'})
-	writeLen(h, len(kvs))
+	slices.SortStableFunc(kvs, func(a, b kv) int { return bytes.Compare(raw[a.ks:a.ke], raw[b.ks:b.ke]) })
+	h.tag('o')
+	h.length(len(kvs))
 	for _, e := range kvs {
-		writeLen(h, int(e.ke-e.ks))
-		h.Write(raw[e.ks:e.ke])
+		h.length(int(e.ke - e.ks))
+		h.h.Write(raw[e.ks:e.ke])
 		hashRaw(h, raw[e.vs:e.ve])
 	}
 	return true

@@ -14,9 +14,10 @@ func TestWriteLong(t *testing.T) {
 		data[i] = byte(i * 7)
 	}
 	for _, n := range []int{0, 1, hashPiece - 1, hashPiece, hashPiece + 1, 2 * hashPiece, len(data)} {
-		h := sha256.New()
-		writeLong(h, data[:n])
-		if want := sha256.Sum256(data[:n]); !bytes.Equal(h.Sum(nil), want[:]) {
+		h := getHasher()
+		h.writeLong(data[:n])
+		want := sha256.Sum256(data[:n])
+		if got := h.done(); !bytes.Equal(got[:], want[:len(got)]) {
 			t.Errorf("%d bytes: digest differs from one Write's", n)
 		}
 	}
@@ -25,5 +26,23 @@ func TestWriteLong(t *testing.T) {
 	long := []byte(`{"role":"user","content":"` + string(bytes.Repeat([]byte("ab\\\"c"), hashPiece)) + `"}`)
 	if HashValidMessage(long) != HashMessage(long) {
 		t.Error("HashValidMessage and HashMessage disagree on a long message")
+	}
+}
+
+// BenchmarkHashValidMessage hashes the messages a chat turn hashes: a
+// user's text, an assistant's tool call and a multi-part content array.
+func BenchmarkHashValidMessage(b *testing.B) {
+	for _, tc := range []struct{ name, msg string }{
+		{"text", `{"role":"user","content":"question number ` + string(bytes.Repeat([]byte("x"), 80)) + `"}`},
+		{"tool-call", `{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]}`},
+		{"parts", `{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://example.com/a.png","detail":"low"}}]}`},
+	} {
+		msg := []byte(tc.msg)
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				HashValidMessage(msg)
+			}
+		})
 	}
 }
