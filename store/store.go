@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"hash"
 	"time"
+	"unsafe"
 )
 
 // Sentinel errors. Backends wrap them with %w; compare with errors.Is.
@@ -178,17 +179,14 @@ func Diff(stored []Hash, next [][]byte, nextHashes []Hash) Transcript {
 	if keep > 0 {
 		t.KeepHash = stored[keep-1]
 	}
-	// Both digests hash the common prefix once.
-	h := sha1.New()
-	for i := range keep {
-		h.Write(stored[i][:])
-	}
-	var sum [sha1.Size]byte
 	if keep == len(stored) && keep == len(nextHashes) {
-		t.Digest = hex.EncodeToString(h.Sum(sum[:0]))
+		t.Digest = Digest(stored)
 		t.BaseDigest = t.Digest
 		return t
 	}
+	// Both digests hash the common prefix once.
+	h := sha1.New()
+	h.Write(hashBytes(stored[:keep]))
 	var base hash.Hash
 	if c, ok := h.(hash.Cloner); ok {
 		base, _ = c.Clone()
@@ -197,19 +195,29 @@ func Diff(stored []Hash, next [][]byte, nextHashes []Hash) Transcript {
 		// A hash that cannot be cloned (a FIPS build's SHA-1): the
 		// prefix is hashed again.
 		base = sha1.New()
-		for i := range keep {
-			base.Write(stored[i][:])
-		}
+		base.Write(hashBytes(stored[:keep]))
 	}
-	for i := keep; i < len(stored); i++ {
-		base.Write(stored[i][:])
-	}
-	for i := keep; i < len(nextHashes); i++ {
-		h.Write(nextHashes[i][:])
-	}
-	t.BaseDigest = hex.EncodeToString(base.Sum(sum[:0]))
-	t.Digest = hex.EncodeToString(h.Sum(sum[:0]))
+	base.Write(hashBytes(stored[keep:]))
+	h.Write(hashBytes(nextHashes[keep:]))
+	var sum [sha1.Size]byte
+	t.BaseDigest = hexString(base.Sum(sum[:0]))
+	t.Digest = hexString(h.Sum(sum[:0]))
 	return t
+}
+
+// hashBytes is hs as the bytes they are laid out in, for one Write.
+func hashBytes(hs []Hash) []byte {
+	if len(hs) == 0 {
+		return nil
+	}
+	return unsafe.Slice(&hs[0][0], len(hs)*len(Hash{}))
+}
+
+// hexString is a SHA-1 sum in hex, converted from a buffer on the stack
+// (hex.EncodeToString allocates the buffer too).
+func hexString(sum []byte) string {
+	var buf [2 * sha1.Size]byte
+	return string(buf[:hex.Encode(buf[:], sum)])
 }
 
 // CommonPrefix is how many leading hashes a and b share.
@@ -359,12 +367,8 @@ type StartRun struct {
 // scripts can compute too), so a caller holding the messages of one can
 // skip reading them again.
 func Digest(hashes []Hash) string {
-	h := sha1.New()
-	for i := range hashes {
-		h.Write(hashes[i][:])
-	}
-	var sum [sha1.Size]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	sum := sha1.Sum(hashBytes(hashes))
+	return hexString(sum[:])
 }
 
 // Started is StartRun's result. When Created is false the run already existed
