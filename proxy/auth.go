@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 
 	"github.com/chronicle-proxy/chronicle/proxy/config"
 	"github.com/chronicle-proxy/chronicle/proxy/internal/apierr"
@@ -82,7 +81,7 @@ func (t *clientTable) tenant(key []byte) string {
 // the key itself is never stored.
 func passThroughTenant(key []byte) string {
 	sum := sha256.Sum256(key)
-	return "k-" + hex.EncodeToString(sum[:12])
+	return hexID("k-", sum[:12])
 }
 
 // authenticate is the auth stage: it finds the client's credential and

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
-	"strings"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -19,7 +18,17 @@ var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 func newID(prefix string) string {
 	var b [13]byte
 	_, _ = rand.Read(b[:])
-	return prefix + strings.ToLower(idEncoding.EncodeToString(b[:])[:20])
+	var enc [21]byte // base32 of 13 bytes, unpadded
+	idEncoding.Encode(enc[:], b[:])
+	var out [32]byte
+	id := append(out[:0], prefix...)
+	for _, c := range enc[:20] {
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		id = append(id, c)
+	}
+	return string(id)
 }
 
 // validID reports whether id fits the thread/run id alphabet: 1–128 of
@@ -40,8 +49,21 @@ func validID(id []byte) bool {
 // and thread id, so it is the same on every turn, replica and restart, and
 // reveals neither.
 func threadSessionID(tenant, thread string) string {
-	sum := sha256.Sum256([]byte("chronicle-session\x00" + tenant + "\x00" + thread))
-	return "chr-" + hex.EncodeToString(sum[:16])
+	var in [256]byte
+	b := append(in[:0], "chronicle-session\x00"...)
+	b = append(append(append(b, tenant...), 0), thread...)
+	sum := sha256.Sum256(b)
+	return hexID("chr-", sum[:16])
+}
+
+// hexID is prefix followed by b in hex, built in one allocation.
+func hexID(prefix string, b []byte) string {
+	var out [64]byte
+	id := append(out[:0], prefix...)
+	n := len(id)
+	id = append(id, make([]byte, hex.EncodedLen(len(b)))...)
+	hex.Encode(id[n:], b)
+	return string(id)
 }
 
 // fingerprint identifies a request body, so an X-Run-Id reused with a
