@@ -29,6 +29,24 @@ func TestWriteLong(t *testing.T) {
 	}
 }
 
+// TestHashNoAllocs: hashing a message without escapes allocates nothing
+// (each type tag and length once cost an allocation: hash.Hash's Write
+// lets a stack buffer escape); a message is hashed on every turn for
+// every message not sent exactly as stored.
+func TestHashNoAllocs(t *testing.T) {
+	for _, msg := range []string{
+		`{"role":"user","content":"hello"}`,
+		`{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}`,
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}],"n":1.5,"ok":true}`,
+	} {
+		b := []byte(msg)
+		HashValidMessage(b) // the pool's first hasher
+		if a := testing.AllocsPerRun(200, func() { HashValidMessage(b) }); a != 0 {
+			t.Errorf("%v allocations hashing %s, want 0", a, msg)
+		}
+	}
+}
+
 // BenchmarkHashValidMessage hashes the messages a chat turn hashes: a
 // user's text, an assistant's tool call and a multi-part content array.
 func BenchmarkHashValidMessage(b *testing.B) {
