@@ -11,24 +11,21 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+// idEncoding is base32 in lower case: ids are drawn in the thread-id
+// alphabet as they are.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // newID returns prefix plus 20 random base32 characters (100 bits), inside
 // the thread-id alphabet.
 func newID(prefix string) string {
 	var b [13]byte
 	_, _ = rand.Read(b[:])
-	var enc [21]byte // base32 of 13 bytes, unpadded
-	idEncoding.Encode(enc[:], b[:])
 	var out [32]byte
 	id := append(out[:0], prefix...)
-	for _, c := range enc[:20] {
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		id = append(id, c)
-	}
-	return string(id)
+	n := len(id)
+	id = append(id, make([]byte, idEncoding.EncodedLen(len(b)))...) // 21
+	idEncoding.Encode(id[n:], b[:])
+	return string(id[:n+20])
 }
 
 // validID reports whether id fits the thread/run id alphabet: 1–128 of
