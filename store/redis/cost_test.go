@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
@@ -238,5 +239,82 @@ func TestRoundTrips(t *testing.T) {
 				t.Fatalf("listing: %+v %v", page, err)
 			}
 		})
+	}
+}
+
+// TestMetaIsHashTable proves that a start makes the thread's meta hash a
+// hash table (the field 'enc', see the start script's metaEncoding), also
+// for a thread an older release left as a listpack, and that the thread
+// reads the same after.
+func TestMetaIsHashTable(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	cl := srv.Client(t)
+	ctx := context.Background()
+	s, err := redisstore.Open(ctx, redisstore.Options{Client: cl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := store.Key{Tenant: "t", Thread: "enc"}
+	meta := "chr:{t/enc}:meta"
+	encoding := func() string {
+		t.Helper()
+		e, err := cl.ObjectEncoding(ctx, meta).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	msgs, hashes := storetest.Msgs(0, 4)
+	turn := func(run string, n int) {
+		t.Helper()
+		st, err := s.StartRun(ctx, store.StartRun{Key: k, RunID: run, TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := store.Diff(nil, msgs[:n], hashes[:n])
+		if err := s.Finish(ctx, st.Lease, &store.Finish{Status: store.Completed, Transcript: &tr,
+			Usage: &store.Usage{InputTokens: 1, OutputTokens: 2}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turn("r1", 3)
+	if e := encoding(); e != "hashtable" {
+		t.Fatalf("meta after the first turn: encoding %s, want hashtable", e)
+	}
+	// A thread as an older release leaves it: no 'enc', and a listpack
+	// once the server reloads it.
+	if err := cl.HDel(ctx, meta, "enc").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Do(ctx, "DEBUG", "RELOAD").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if e := encoding(); e != "listpack" {
+		t.Fatalf("meta without 'enc' after a reload: encoding %s, want listpack", e)
+	}
+	before, err := s.LoadThread(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn("r2", 4)
+	if e := encoding(); e != "hashtable" {
+		t.Fatalf("meta after a turn on a listpack thread: encoding %s, want hashtable", e)
+	}
+	// A restart keeps it a hash table.
+	if err := cl.Do(ctx, "DEBUG", "RELOAD").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if e := encoding(); e != "hashtable" {
+		t.Fatalf("meta after a reload: encoding %s, want hashtable", e)
+	}
+	after, err := s.LoadThread(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if store.Digest(after.Hashes) != store.Digest(hashes) || store.Digest(before.Hashes) != store.Digest(hashes[:3]) ||
+		after.Version != before.Version+1 || after.CreatedAt != before.CreatedAt {
+		t.Fatalf("thread after the turn: %d messages version %d, before %d messages version %d",
+			len(after.Hashes), after.Version, len(before.Hashes), before.Version)
 	}
 }
