@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,12 +47,28 @@ func (s *Store) queueAppend(b *batch, l store.Lease, first int64, events [][]byt
 }
 
 // eventsBatch packs events as one value: "<length>:<event>" for each.
-func eventsBatch(events [][]byte) []byte {
-	n := 0
+func eventsBatch(events [][]byte) []byte { return appendEvents(nil, events) }
+
+// finishEvents packs the log's last batch as the finish script takes it:
+// "<first>:<count>:<maxlen>:", then the batch as eventsBatch packs it.
+func finishEvents(first, maxlen int64, events [][]byte) []byte {
+	b := make([]byte, 0, 40)
+	b = strconv.AppendInt(b, first, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(len(events)), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, maxlen, 10)
+	b = append(b, ':')
+	return appendEvents(b, events)
+}
+
+// appendEvents appends events to b as eventsBatch packs them.
+func appendEvents(b []byte, events [][]byte) []byte {
+	n := len(b)
 	for _, e := range events {
 		n += len(e) + 8
 	}
-	b := make([]byte, 0, n)
+	b = slices.Grow(b, n-len(b))
 	for _, e := range events {
 		b = strconv.AppendInt(b, int64(len(e)), 10)
 		b = append(b, ':')

@@ -2,12 +2,16 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/chronicle-proxy/chronicle/store"
+	"github.com/chronicle-proxy/chronicle/store/redistest"
 )
 
 // blockedRead signals when a blocking XREAD is sent: a follower has read
@@ -127,4 +131,98 @@ func FuzzEachEvent(f *testing.F) {
 			t.Fatalf("read %d bytes of a %d-byte batch", total, len(batch))
 		}
 	})
+}
+
+// TestEventLogTrim: MaxEvents trims a log by sequence, keeping at least
+// its newest MaxEvents events (a batch across the limit stays whole),
+// whether the batch comes by AppendEvents or with the finish, which
+// also ends the log and sets its expiry.
+func TestEventLogTrim(t *testing.T) {
+	ctx := context.Background()
+	cl := redistest.Start(t).Client(t)
+	s, err := Open(ctx, Options{Client: cl, MaxEvents: 3, EventRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := store.Key{Tenant: "t", Thread: "trim"}
+	ev := func(from, to int) [][]byte {
+		var out [][]byte
+		for i := from; i <= to; i++ {
+			out = append(out, []byte(fmt.Sprintf("data: %d\n\n", i)))
+		}
+		return out
+	}
+	ids := func(run string) []string {
+		t.Helper()
+		msgs, err := cl.XRange(ctx, s.prefix(k)+"ev:"+run, "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range msgs {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	followed := func(run string) []int64 {
+		t.Helper()
+		var seqs []int64
+		if err := s.FollowEvents(ctx, k, run, 0, func(e store.Event) error {
+			if want := fmt.Sprintf("data: %d\n\n", e.Seq); string(e.Data) != want {
+				t.Errorf("event %d: %q, want %q", e.Seq, e.Data, want)
+			}
+			seqs = append(seqs, e.Seq)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return seqs
+	}
+	for _, tc := range []struct {
+		name         string
+		appended     [][][]byte // batches by AppendEvents, numbered from 1 on
+		tailFrom     int64      // the finish's batch, numbered from tailFrom
+		tail         [][]byte
+		wantIDs      []string
+		wantFollowed []int64
+		wantEvents   int64
+	}{
+		{"finish carries the log", nil, 1, ev(1, 4), []string{"4-0", "4-1"}, []int64{1, 2, 3, 4}, 4},
+		{"finish trims", [][][]byte{ev(1, 2)}, 3, ev(3, 6), []string{"6-0", "6-1"}, []int64{3, 4, 5, 6}, 6},
+		{"append trims", [][][]byte{ev(1, 2), ev(3, 5)}, 0, nil, []string{"5-0", "5-1"}, []int64{3, 4, 5}, 5},
+		{"finish overlaps", [][][]byte{ev(1, 3)}, 2, ev(2, 5), []string{"3-0", "5-0", "5-1"}, []int64{1, 2, 3, 4, 5}, 5},
+		{"finish gap", [][][]byte{ev(1, 1)}, 3, ev(3, 4), []string{"1-0", "1-1"}, []int64{1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := strings.ReplaceAll(tc.name, " ", "-")
+			l := startRun(t, s, k, run)
+			first := int64(1)
+			for _, batch := range tc.appended {
+				if err := s.AppendEvents(ctx, l, first, batch); err != nil {
+					t.Fatal(err)
+				}
+				first += int64(len(batch))
+			}
+			f := &store.Finish{Status: store.Completed, EventsFrom: tc.tailFrom, Events: tc.tail}
+			if err := s.Finish(ctx, l, f); err != nil {
+				t.Fatal(err)
+			}
+			if got := ids(run); !slices.Equal(got, tc.wantIDs) {
+				t.Errorf("log entries %v, want %v", got, tc.wantIDs)
+			}
+			if got := followed(run); !slices.Equal(got, tc.wantFollowed) {
+				t.Errorf("followed %v, want %v", got, tc.wantFollowed)
+			}
+			r, err := s.GetRun(ctx, k, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Events != tc.wantEvents {
+				t.Errorf("run's events %d, want %d", r.Events, tc.wantEvents)
+			}
+			if ttl, err := cl.PTTL(ctx, s.prefix(k)+"ev:"+run).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+				t.Errorf("log's expiry %v (%v), want within an hour", ttl, err)
+			}
+		})
+	}
 }

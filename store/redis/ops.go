@@ -621,12 +621,6 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 		args = append(args, "0", "0", "0", "0")
 	}
 	args = append(args, b.str(f.Model))
-	if len(f.Events) > 0 {
-		// Ahead of the finish script, in the same round trip. Its answer
-		// is not read: a gap drops the events (store.Finish), and a fenced
-		// lease is the finish script's to report.
-		s.queueAppend(b, l, f.EventsFrom, f.Events)
-	}
 	args = s.bodyArgs(b, l, "resp", f.Response, args)
 	args = append(args, s.retention)
 	if t := f.Transcript; t != nil {
@@ -640,6 +634,13 @@ func (s *Store) queueFinish(ctx context.Context, b *batch, l store.Lease, f *sto
 		args = append(args, b.str(t.BaseDigest), b.int(int64(t.BaseLen)))
 	} else {
 		args = append(args, "0", 0, "", "", "0", "", "", "", "", "", "", "", 0)
+	}
+	// The log's last batch goes in the finish's own step: appended ahead
+	// of the log's end, it costs the server no script of its own.
+	if len(f.Events) > 0 {
+		args = append(args, finishEvents(f.EventsFrom, s.opts.MaxEvents, f.Events))
+	} else {
+		args = append(args, "")
 	}
 	// The rare arguments go only when one of them is set (the script's
 	// flag '1'): each argument costs every finish its conversion into Lua.

@@ -51,6 +51,40 @@ local function lost(run, now, ret)
 end
 `
 
+// luaAppendBatch appends a batch of events to a run's log (the append
+// and a finish that carries the log's last batch).
+const luaAppendBatch = `
+-- appendbatch appends events first … first+count-1 of the run, packed as
+-- "<length>:<event>…" (eventsBatch), to its log, whose count is n: one
+-- stream entry, id "<last>-0", field 'b'. Events already stored (a batch
+-- sent again) are skipped; maxlen trims by sequence (MINID), so a log
+-- keeps at least its newest maxlen events (a batch that straddles the
+-- limit is kept whole). It returns the log's count after, or nil for a
+-- gap (nothing written). The caller records the count (the run field
+-- 'ev') and the log's expiry.
+local function appendbatch(run, n, first, count, batch, maxlen)
+  if first > n + 1 then return nil end
+  local last = first + count - 1
+  if last <= n then return n end
+  if first <= n then
+    local pos = 1
+    for _ = first, n do
+      local c = string.find(batch, ':', pos, true)
+      pos = c + 1 + tonumber(string.sub(batch, pos, c - 1))
+    end
+    batch = string.sub(batch, pos)
+  end
+  local ek = p .. 'ev:' .. run
+  local id = string.format('%d-0', last)
+  if maxlen > 0 and last > maxlen then
+    redis.call('XADD', ek, 'MINID', string.format('%d', last - maxlen + 1), id, 'b', batch)
+  else
+    redis.call('XADD', ek, id, 'b', batch)
+  end
+  return last
+end
+`
+
 const luaDropBlobs = `
 local function dropblobs(from)
   if not redis.call('HGET', meta, 'nblob') then return end
@@ -481,13 +515,15 @@ return 1
 // audit indexes (see queueIndex) and drops the sweeper entry; a run it
 // did not find leaves the sweeper too, and a refused finish leaves the
 // run to the sweeper, due now.
-var finishScript = redis.NewScript(luaBase + luaEndlog + luaDropBlobs + luaTranscript + `
+var finishScript = redis.NewScript(luaBase + luaEndlog + luaDropBlobs + luaTranscript + luaAppendBatch + `
 -- ARGV past the index prefix (o: 3 with the index keys, else 0): o+1 run,
 -- tok, now, status, record, input, output, cached and reasoning tokens,
 -- model, o+11 response flag and value, o+13 retention, o+14 transcript
 -- flag, keep, keep hash, hash blob, hassys, syssum, sys, conn, fmt,
 -- model, digest, o+25 base digest, base count (see checktr), o+27 the
--- rare arguments' flag: '1' when they follow (partial flag and value,
+-- log's last batch ('' or "<first>:<count>:<maxlen>:" and the events as
+-- the append script takes them), o+28 the rare arguments' flag: '1' when
+-- they follow (partial flag and value,
 -- upstream flag and value, resumes, the interrupts' count and pairs, the
 -- resolved ones' count and ids, the cancelled ones' count and ids), ''
 -- when they do not (none of them: each would cost every finish its
@@ -496,10 +532,10 @@ var finishScript = redis.NewScript(luaBase + luaEndlog + luaDropBlobs + luaTrans
 -- and returns its reply, the messages and whether it created the thread.
 local function finish(o)
   local run, tok, now, status, rec = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
-  local i = o + 28
+  local i = o + 29
   local intr, res, can, msgs = {}, {}, {}, {}
   local partf, partial, upf, up, resumes = '0', '', '0', '', ''
-  if ARGV[o + 27] == '1' then
+  if ARGV[o + 28] == '1' then
     partf, partial, upf, up, resumes = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
     i = i + 5
     for j = 1, tonumber(ARGV[i]) do intr[j] = {ARGV[i + 2 * j - 1], ARGV[i + 2 * j]} end
@@ -557,6 +593,19 @@ local function finish(o)
     updated = writetr(mt, n, tonumber(ARGV[o + 15]), ARGV[o + 17], hassys, syssum, sys, ARGV[o + 21], ARGV[o + 22], ARGV[o + 23], msgs, now, ARGV[o + 24], mset, known, base)
     created = not mt[4]
   end
+  -- The log's last batch (Finish.Events), appended as the append script
+  -- would, in this step: a gap drops it, not the finish. (A revived run's
+  -- sweep ended its log.) ev is the log's count after it.
+  local ev, evs, evset = st[5], ARGV[o + 27], false
+  if evs ~= '' and not revived then
+    local c1 = string.find(evs, ':', 1, true)
+    local c2 = string.find(evs, ':', c1 + 1, true)
+    local c3 = string.find(evs, ':', c2 + 1, true)
+    local n = tonumber(ev or '0')
+    local last = appendbatch(run, n, tonumber(string.sub(evs, 1, c1 - 1)), tonumber(string.sub(evs, c1 + 1, c2 - 1)),
+      string.sub(evs, c3 + 1), tonumber(string.sub(evs, c2 + 1, c3 - 1)))
+    if last and last > n then ev = string.format('%d', last); evset = true end
+  end
   -- A body flagged '2' was staged (like a large message): it moves to a
   -- key of the run's own, and its field says so with '\0'.
   if respf == '2' then
@@ -573,7 +622,13 @@ local function finish(o)
   -- The run is running (or revived), so no finish has written its fields
   -- before; a revived run's sweep wrote a reason and a time of its own.
   if respf == '0' then
-    redis.call('HSET', rk, 'st', status, 'f', rec)
+    if evset then
+      redis.call('HSET', rk, 'st', status, 'f', rec, 'ev', ev)
+    else
+      redis.call('HSET', rk, 'st', status, 'f', rec)
+    end
+  elseif evset then
+    redis.call('HSET', rk, 'st', status, 'f', rec, 'resp', resp, 'ev', ev)
   else
     redis.call('HSET', rk, 'st', status, 'f', rec, 'resp', resp)
   end
@@ -614,7 +669,7 @@ local function finish(o)
   if mt[4] or trf == '1' then mset[#mset + 1] = 'updated'; mset[#mset + 1] = now; updated = now end
   if #mset > 0 then redis.call('HSET', meta, unpack(mset)) end
   -- The sweep ended a revived run's event log already.
-  if not revived then endlogof(run, ARGV[o + 13], st[5], st[6]) end
+  if not revived then endlogof(run, ARGV[o + 13], ev, st[6]) end
   return {'ok', updated}, msgs, created
 end
 local o = 0
@@ -623,7 +678,7 @@ local r, msgs, created = finish(o)
 if #msgs > 0 then dropstages(msgs) end
 -- What a write staged and did not use goes (a used stage was renamed).
 if ARGV[o + 11] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 12]) end
-if ARGV[o + 27] == '1' and ARGV[o + 30] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 31]) end
+if ARGV[o + 28] == '1' and ARGV[o + 31] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 32]) end
 if ARGV[o + 18] == '2' then redis.call('DEL', p .. 'stage:' .. ARGV[o + 20]) end
 -- needsys wrote nothing: the writer sends the finish again with the blob.
 if o == 0 or r[1] == 'needsys' then return r end
@@ -658,35 +713,19 @@ return r
 // logs written before hold an entry per event (field 'd'). maxlen trims
 // by sequence (MINID), so a log keeps at least its newest maxlen events:
 // a batch that straddles the limit is kept whole.
-var appendScript = redis.NewScript(luaBase + luaFenced + `
+var appendScript = redis.NewScript(luaBase + luaFenced + luaAppendBatch + `
 local run = ARGV[1]
 if fenced(run, ARGV[2]) then return {'fenced'} end
 local rk = p .. 'run:' .. run
 local st = redis.call('HMGET', rk, 'st', 'ev')
 if st[1] ~= 'running' then return {'fenced'} end
 local n = tonumber(st[2] or '0')
-local first, count, batch = tonumber(ARGV[3]), tonumber(ARGV[6]), ARGV[7]
-if first > n + 1 then return {'gap', tostring(n)} end
-local last = first + count - 1
-if last <= n then return {'ok'} end
-if first <= n then
-  local pos = 1
-  for _ = first, n do
-    local c = string.find(batch, ':', pos, true)
-    pos = c + 1 + tonumber(string.sub(batch, pos, c - 1))
-  end
-  batch = string.sub(batch, pos)
+local last = appendbatch(run, n, tonumber(ARGV[3]), tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[5]))
+if not last then return {'gap', tostring(n)} end
+if last > n then
+  redis.call('HSET', rk, 'ev', string.format('%d', last))
+  redis.call('PEXPIRE', p .. 'ev:' .. run, ARGV[4])
 end
-local ek = p .. 'ev:' .. run
-local id = string.format('%d-0', last)
-local maxlen = tonumber(ARGV[5])
-if maxlen > 0 and last > maxlen then
-  redis.call('XADD', ek, 'MINID', string.format('%d', last - maxlen + 1), id, 'b', batch)
-else
-  redis.call('XADD', ek, id, 'b', batch)
-end
-redis.call('HSET', rk, 'ev', string.format('%d', last))
-redis.call('PEXPIRE', ek, ARGV[4])
 return {'ok'}
 `)
 
