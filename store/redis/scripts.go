@@ -533,9 +533,13 @@ var finishScript = redis.NewScript(luaBase + luaEndlog + luaDropBlobs + luaTrans
 local function finish(o)
   local run, tok, now, status, rec = ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
   local i = o + 29
-  local intr, res, can, msgs = {}, {}, {}, {}
+  -- (the interrupt lists only when the rare arguments come: a table is
+  -- made, and collected, on every call)
+  local intr, res, can, msgs
+  msgs = {}
   local partf, partial, upf, up, resumes = '0', '', '0', '', ''
   if ARGV[o + 28] == '1' then
+    intr, res, can = {}, {}, {}
     partf, partial, upf, up, resumes = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
     i = i + 5
     for j = 1, tonumber(ARGV[i]) do intr[j] = {ARGV[i + 2 * j - 1], ARGV[i + 2 * j]} end
@@ -641,11 +645,12 @@ local function finish(o)
   elseif upf == '1' then
     redis.call('HSET', rk, 'up', up)
   end
-  for j, f in ipairs({'ui', 'uo', 'uc', 'ur'}) do
-    local v = ARGV[o + 5 + j]
-    if v ~= '0' then redis.call('HINCRBY', meta, f, v) end
-  end
-  if #intr > 0 or #res > 0 or #can > 0 then
+  -- (four statements: a table of the names would be made on every call)
+  if ARGV[o + 6] ~= '0' then redis.call('HINCRBY', meta, 'ui', ARGV[o + 6]) end
+  if ARGV[o + 7] ~= '0' then redis.call('HINCRBY', meta, 'uo', ARGV[o + 7]) end
+  if ARGV[o + 8] ~= '0' then redis.call('HINCRBY', meta, 'uc', ARGV[o + 8]) end
+  if ARGV[o + 9] ~= '0' then redis.call('HINCRBY', meta, 'ur', ARGV[o + 9]) end
+  if intr and (#intr > 0 or #res > 0 or #can > 0) then
     local ik = p .. 'intr'
     for _, c in ipairs(intr) do
       redis.call('HSET', ik, c[1], 'pending\31' .. run .. '\31' .. c[2])
