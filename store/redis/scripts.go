@@ -105,7 +105,8 @@ const luaTranscript = `
 -- none is read twice. (A field the hash does not have costs a scan of
 -- it whole, so fields needed only now and then are read when needed:
 -- 'nblob' by dropblobs; and the usage sums go by HINCRBY, cheaper than
--- reading them here and adding in Lua.)
+-- reading them here and adding in Lua, on a listpack meta and on a hash
+-- table one alike.)
 local function metaof()
   return redis.call('HMGET', meta, 'l_run', 'l_tok', 'syssum', 'created', 'updated', 'nruns', 'v', 'sys', 'dg')
 end
@@ -569,7 +570,6 @@ local function finish(o)
       return {'illegal', st[1]}, msgs
     end
   end
-  -- (11-14: the thread's usage sums, which the final HSET moves on)
   local mt = metaof()
   if not revived and (mt[1] ~= run or mt[2] ~= tok) then return {'fenced'}, msgs end
   local prk

@@ -224,7 +224,10 @@ func runTurns(b *testing.B, cl *redis.Client, turn func(k store.Key, run string)
 // appends the new one with the stream's 20 events and no response body).
 // Count with the server under callgrind, twice with different counts, and
 // take the difference (what seeding and loading the scripts cost
-// cancels); see store/README.md, "What a turn costs the server":
+// cancels); see store/README.md, "What a turn costs the server".
+// docs/bench/2026-12-08-s24/turn-instructions.sh does it all, counting
+// from processCommand (the commands' and scripts' own work, not reading
+// requests and writing replies, which the recipe below also counts):
 //
 //	valgrind --tool=callgrind --callgrind-out-file=cg.out \
 //	  --toggle-collect=readQueryFromClient --toggle-collect=handleClientsWithPendingWritesUsingThreads \
