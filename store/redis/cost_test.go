@@ -257,13 +257,21 @@ func TestMetaIsHashTable(t *testing.T) {
 	defer s.Close()
 	k := store.Key{Tenant: "t", Thread: "enc"}
 	meta := "chr:{t/enc}:meta"
-	encoding := func() string {
+	wantEncoding := func(when, want string) {
 		t.Helper()
 		e, err := cl.ObjectEncoding(ctx, meta).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		return e
+		if e != want {
+			t.Fatalf("meta %s: encoding %s, want %s", when, e, want)
+		}
+	}
+	reload := func() {
+		t.Helper()
+		if err := cl.Do(ctx, "DEBUG", "RELOAD").Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	msgs, hashes := storetest.Msgs(0, 4)
 	turn := func(run string, n int) {
@@ -279,35 +287,23 @@ func TestMetaIsHashTable(t *testing.T) {
 		}
 	}
 	turn("r1", 3)
-	if e := encoding(); e != "hashtable" {
-		t.Fatalf("meta after the first turn: encoding %s, want hashtable", e)
-	}
+	wantEncoding("after the first turn", "hashtable")
 	// A thread as an older release leaves it: no 'enc', and a listpack
 	// once the server reloads it.
 	if err := cl.HDel(ctx, meta, "enc").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Do(ctx, "DEBUG", "RELOAD").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if e := encoding(); e != "listpack" {
-		t.Fatalf("meta without 'enc' after a reload: encoding %s, want listpack", e)
-	}
+	reload()
+	wantEncoding("without 'enc' after a reload", "listpack")
 	before, err := s.LoadThread(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	turn("r2", 4)
-	if e := encoding(); e != "hashtable" {
-		t.Fatalf("meta after a turn on a listpack thread: encoding %s, want hashtable", e)
-	}
+	wantEncoding("after a turn on a listpack thread", "hashtable")
 	// A restart keeps it a hash table.
-	if err := cl.Do(ctx, "DEBUG", "RELOAD").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if e := encoding(); e != "hashtable" {
-		t.Fatalf("meta after a reload: encoding %s, want hashtable", e)
-	}
+	reload()
+	wantEncoding("after a reload", "hashtable")
 	after, err := s.LoadThread(ctx, k)
 	if err != nil {
 		t.Fatal(err)

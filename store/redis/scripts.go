@@ -536,8 +536,8 @@ local function finish(o)
   local i = o + 29
   -- (the interrupt lists only when the rare arguments come: a table is
   -- made, and collected, on every call)
-  local intr, res, can, msgs
-  msgs = {}
+  local intr, res, can
+  local msgs = {}
   local partf, partial, upf, up, resumes = '0', '', '0', '', ''
   if ARGV[o + 28] == '1' then
     intr, res, can = {}, {}, {}
